@@ -1,0 +1,3 @@
+from buun_tool.cli.app import main
+
+main()

@@ -1,0 +1,281 @@
+"""Stage: build the patched llama.cpp (CUDA when a GPU and nvcc are there, CPU otherwise).
+
+Only the targets buun runs are built. A stamp of everything that shapes the binaries (pin,
+source tree, flags, arch, compiler) sits next to them: an unchanged rebuild returns in seconds,
+and other stages find the binaries through `find_binary`, never by path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psutil
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from buun_tool import console, paths, vendor
+from buun_tool.errors import BuunError, NotReadyError, UsageError
+from buun_tool.proc import git, run, run_logged
+
+TARGETS = ("llama-server", "llama-quantize", "llama-cli", "llama-bench", "llama-speculative-simple")
+VARIANTS = ("cuda", "cpu")
+STAMP = "buun-build.json"
+# The fork's CUDA flags: flash attention for every KV cache type the recipes may choose.
+CUDA_FLAGS = ("-DGGML_CUDA=ON", "-DGGML_NATIVE=ON", "-DGGML_CUDA_FA=ON", "-DGGML_CUDA_FA_ALL_QUANTS=ON")
+CPU_FLAGS = ("-DGGML_CUDA=OFF", "-DGGML_NATIVE=ON")
+COMMON_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=ON",  # llama-speculative-simple lives in examples/
+    "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_BUILD_SERVER=ON",
+)
+# GB of memory one compile job may take: nvcc on the FA kernels is the hungry one.
+MEM_PER_JOB_GB = {"cuda": 3.0, "cpu": 1.0}
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    compute_cap: str  # "8.6"
+    memory_mib: int
+    driver: str
+
+    @property
+    def arch(self) -> str:
+        return self.compute_cap.replace(".", "")
+
+
+def detect_gpus() -> list[Gpu]:
+    """GPUs visible through nvidia-smi; empty when there is none (or no driver)."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,compute_cap,memory.total,driver_version",
+             "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    gpus = []
+    for line in out.stdout.splitlines() if out.returncode == 0 else []:
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 4 and re.fullmatch(r"\d+\.\d+", parts[1]):
+            gpus.append(Gpu(parts[0], parts[1], int(float(parts[2])), parts[3]))
+    return gpus
+
+
+def find_nvcc() -> str | None:
+    return shutil.which("nvcc") or next(
+        (p for p in ("/usr/local/cuda/bin/nvcc", "/opt/cuda/bin/nvcc") if os.access(p, os.X_OK)), None)
+
+
+def _online(host: str = "huggingface.co") -> bool:
+    try:
+        socket.create_connection((host, 443), timeout=3).close()
+        return True
+    except OSError:
+        return False
+
+
+def ui_mode() -> str:
+    """How the server's web UI gets into the binary: built from the pinned source with npm,
+    upstream's prebuilt download, or not at all (then `doctor` says so)."""
+    if shutil.which("npm"):
+        return "build"
+    return "prebuilt" if _online() else "none"
+
+
+_UI_FLAGS = {
+    "build": ("-DLLAMA_BUILD_UI=ON", "-DLLAMA_USE_PREBUILT_UI=OFF"),
+    "prebuilt": ("-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=ON"),
+    "none": ("-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF"),
+}
+
+
+@dataclass
+class BuildPlan:
+    variant: str
+    arch: str | None
+    ui: str
+    jobs: int
+    generator: str
+    cmake_args: list[str] = field(default_factory=list)
+    targets: tuple[str, ...] = TARGETS
+
+    @property
+    def build_dir(self) -> Path:
+        return paths.build_dir(self.variant)
+
+
+def choose_variant(cpu: bool, cuda: bool) -> str:
+    if cpu and cuda:
+        raise UsageError("--cpu and --cuda exclude each other")
+    if cpu:
+        return "cpu"
+    if cuda:
+        if not find_nvcc():
+            raise NotReadyError("--cuda needs the CUDA toolkit, but nvcc was not found",
+                                "install the CUDA toolkit (nvcc) or build with --cpu")
+        return "cuda"
+    return "cuda" if detect_gpus() and find_nvcc() else "cpu"
+
+
+def default_jobs(variant: str) -> int:
+    cores = os.cpu_count() or 1
+    free_gb = psutil.virtual_memory().available / 2**30
+    return max(1, min(cores, int(free_gb // MEM_PER_JOB_GB[variant])))
+
+
+def plan(cpu: bool = False, cuda: bool = False, arch: str | None = None, jobs: int | None = None,
+         ui: str | None = None) -> BuildPlan:
+    variant = choose_variant(cpu, cuda)
+    if variant == "cuda" and not arch:
+        caps = sorted({g.arch for g in detect_gpus()})
+        if not caps:
+            raise UsageError("no GPU is visible to pick the CUDA architecture from",
+                             "pass --cuda-arch (86 for an RTX 3090, 89 for Ada, 90 for H100)")
+        arch = ";".join(caps)
+    if arch and not re.fullmatch(r"\d{2,3}[a-z]?(;\d{2,3}[a-z]?)*", arch):
+        raise UsageError(f"--cuda-arch {arch!r} is not a list of compute capabilities", "for example 86 or 86;90")
+    ui = ui or ui_mode()
+    if ui not in _UI_FLAGS:
+        raise UsageError(f"unknown UI mode {ui!r}", f"valid: {', '.join(_UI_FLAGS)}")
+    generator = "Ninja" if shutil.which("ninja") else "Unix Makefiles"
+    args = ["-G", generator, *COMMON_FLAGS, *_UI_FLAGS[ui]]
+    args += list(CUDA_FLAGS) + [f"-DCMAKE_CUDA_ARCHITECTURES={arch}"] if variant == "cuda" else list(CPU_FLAGS)
+    if shutil.which("ccache"):
+        langs = ("C", "CXX", "CUDA") if variant == "cuda" else ("C", "CXX")
+        args += [f"-DCMAKE_{lang}_COMPILER_LAUNCHER=ccache" for lang in langs]
+    return BuildPlan(variant, arch if variant == "cuda" else None, ui, jobs or default_jobs(variant),
+                     generator, args)
+
+
+def _compiler_version() -> str:
+    cc = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if not cc:
+        raise NotReadyError("no C++ compiler found", "install one: apt-get install build-essential")
+    return subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+
+
+def source_state(src: Path) -> dict[str, object]:
+    """What the source tree is: its HEAD tree and a hash of any uncommitted edits."""
+    head_tree = git(src, "rev-parse", "HEAD^{tree}")
+    diff = subprocess.run(["git", "-C", str(src), "diff", "HEAD", "--binary"], capture_output=True).stdout
+    applied = git(src, "log", "--format=%s", f"{vendor.BASELINE_TAG}..HEAD")
+    return {
+        "tree": head_tree,
+        "uncommitted": hashlib.sha256(diff).hexdigest()[:16] if diff else None,
+        "commits": applied.splitlines()[::-1],
+    }
+
+
+def _stamp_for(p: BuildPlan, src: Path) -> dict[str, object]:
+    nvcc = find_nvcc() if p.variant == "cuda" else None
+    return {
+        "pin": vendor.load_pin().commit,
+        "source": source_state(src),
+        "variant": p.variant,
+        "arch": p.arch,
+        "ui": p.ui,
+        "cmake_args": [a for a in p.cmake_args if "LAUNCHER" not in a],
+        "compiler": _compiler_version(),
+        "nvcc": run([nvcc, "--version"]).stdout.strip().splitlines()[-1] if nvcc else None,
+        "targets": list(p.targets),
+    }
+
+
+def read_stamp(variant: str) -> dict[str, object] | None:
+    f = paths.build_dir(variant) / STAMP
+    try:
+        return json.loads(f.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _binaries_present(variant: str, targets: tuple[str, ...] | list[str]) -> bool:
+    return all((paths.build_dir(variant) / "bin" / t).is_file() for t in targets)
+
+
+@dataclass
+class BuildResult:
+    variant: str
+    build_dir: Path
+    rebuilt: bool
+    seconds: float
+    stamp: dict[str, object]
+
+    def to_json(self) -> dict[str, object]:
+        d = asdict(self)
+        d["build_dir"] = str(self.build_dir)
+        return d
+
+
+def build(p: BuildPlan, force: bool = False) -> BuildResult:
+    import time
+
+    src = vendor.require_vendored()
+    stamp = _stamp_for(p, src)
+    bdir = p.build_dir
+    if not force and read_stamp(p.variant) == stamp and _binaries_present(p.variant, p.targets):
+        console.ok(f"llama.cpp ({p.variant}) is up to date in {bdir}")
+        return BuildResult(p.variant, bdir, False, 0.0, stamp)
+    t0 = time.monotonic()
+    bdir.mkdir(parents=True, exist_ok=True)
+    (bdir / STAMP).unlink(missing_ok=True)  # a failed build must not look finished
+    log = bdir / "build.log"
+    log.write_text("")
+    env = {"CCACHE_BASEDIR": str(paths.project_root())}
+    hint = ("see the log; `buun doctor` checks the toolchain. If a patch was just changed, "
+            "`buun patch --status` shows the series state")
+    if not shutil.which("cmake"):
+        raise NotReadyError("cmake is not installed", "apt-get install cmake ninja-build ccache")
+    console.step(f"configuring llama.cpp ({p.variant}{', sm_' + p.arch if p.arch else ''}, UI: {p.ui})")
+    run_logged(["cmake", "-S", src, "-B", bdir, *p.cmake_args], log, env=env, what="cmake configure", hint=hint)
+    console.step(f"building {', '.join(p.targets)} with {p.jobs} job(s); log: {log}")
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                  console=console.err, transient=True) as bar:
+        task = bar.add_task("compiling", total=None)
+        step_re = re.compile(r"^\[(\d+)/(\d+)\]")
+
+        def on_line(line: str) -> None:
+            m = step_re.match(line)
+            if m:
+                bar.update(task, completed=int(m.group(1)), total=int(m.group(2)))
+
+        run_logged(["cmake", "--build", bdir, "-j", str(p.jobs), "--target", *p.targets], log,
+                   env=env, on_line=on_line, what="llama.cpp build", hint=hint)
+    if not _binaries_present(p.variant, p.targets):
+        raise BuunError(f"the build finished but binaries are missing in {bdir / 'bin'}", f"see {log}")
+    (bdir / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+    seconds = time.monotonic() - t0
+    console.ok(f"built llama.cpp ({p.variant}) in {seconds:.0f} s: {bdir / 'bin'}")
+    return BuildResult(p.variant, bdir, True, seconds, stamp)
+
+
+def bin_dir() -> Path:
+    """The folder of the binaries every stage runs: BUUN_LLAMA_BIN_DIR, else the CUDA build,
+    else the CPU build (whichever finished)."""
+    override = os.environ.get("BUUN_LLAMA_BIN_DIR")
+    if override:
+        return Path(override)
+    for variant in VARIANTS:
+        if read_stamp(variant) is not None:
+            return paths.build_dir(variant) / "bin"
+    raise NotReadyError("llama.cpp is not built yet", "run `buun build` (after `buun vendor` and `buun patch`)")
+
+
+def find_binary(name: str) -> Path:
+    """The path of a llama.cpp program (llama-server, llama-quantize, ...)."""
+    path = bin_dir() / name
+    if not path.is_file():
+        raise NotReadyError(f"{name} is missing from {path.parent}", "run `buun build --force`")
+    return path

@@ -1,0 +1,94 @@
+"""The registry: every command group is wired here, in pipeline order.
+
+Each module in buun_tool/cli/ holds one group of commands and registers them with
+`register(app)`; this file only decides the order `buun --help` shows them in and turns
+BuunError into a message, a hint and an exit code (a traceback only with BUUN_DEBUG=1).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from buun_tool import __version__
+from buun_tool.console import err
+from buun_tool.errors import BuunError, Exit
+
+PIPELINE = "Pipeline (the stages of `buun setup`, in order)"
+SERVER = "Server"
+MEASURE = "Measure"
+TOOLS = "Tools"
+
+
+# The order of `buun --help`: the pipeline first, as `buun setup` runs it.
+ORDER = ("setup", "doctor", "vendor", "patch", "build", "pull", "drafter", "convert", "serve", "start", "stop",
+         "restart", "status", "logs", "service", "synth", "bench", "fit", "recipes", "gguf")
+
+
+class _Group(TyperGroup):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = list(self.commands)
+        return sorted(names, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), names.index(n)))
+
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except BuunError as exc:
+            if os.environ.get("BUUN_DEBUG"):
+                raise
+            err.print(f"[bold red]error:[/] {exc.message}", markup=True, highlight=False)
+            if exc.hint:
+                err.print(f"[bold]hint:[/] {exc.hint}")
+            ctx.exit(int(exc.exit_code))
+        except KeyboardInterrupt:
+            err.print("[yellow]interrupted[/]: re-run the same command to resume")
+            ctx.exit(int(Exit.INTERRUPTED))
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="buun",
+    help="A DFlash speculative-decoding server for Qwen3.5-27B on llama.cpp, in one command.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"buun {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+) -> None:
+    pass
+
+
+def _register_all() -> None:
+    from buun_tool.cli import foundation
+
+    foundation.register(app)
+    for name in ("models", "server", "measure", "setup_cmd"):
+        try:
+            module = __import__(f"buun_tool.cli.{name}", fromlist=["register"])
+        except ModuleNotFoundError as exc:  # a group not written yet
+            if exc.name != f"buun_tool.cli.{name}":
+                raise
+            continue
+        module.register(app)
+
+
+_register_all()
+
+
+def main() -> None:
+    sys.exit(app())

@@ -1,0 +1,141 @@
+"""`buun doctor`, `buun vendor`, `buun patch`, `buun build`: from nothing to llama.cpp binaries.
+
+    buun doctor [--json] [--cpu]         check the machine (non-zero exit when a required check fails)
+    buun vendor [--from-archive FILE]    fetch the pinned llama.cpp into vendor/llama.cpp
+    buun vendor --archive FILE           write a trimmed source archive for offline machines
+    buun patch [--check|--status|--reverse]   apply / dry-run / show / remove the patch series
+    buun patch export                    regenerate patches/ from commits in vendor/llama.cpp
+    buun build [--cpu|--cuda] [--cuda-arch 86] [--force]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from buun_tool import build as build_stage
+from buun_tool import console, patches, recipes
+from buun_tool import doctor as doctor_stage
+from buun_tool import vendor as vendor_stage
+from buun_tool.errors import Exit, UsageError
+
+_STATUS_STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "applied": "green", "pending": "yellow",
+                 "stale": "yellow", "conflict": "red"}
+
+
+def doctor(
+    recipe: str = typer.Argument(None, help="Recipe whose disk needs are checked (default: qwen3.5-27b-dflash)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the checks as JSON."),
+    cpu: bool = typer.Option(False, "--cpu", help="Plan a CPU build: a missing CUDA toolkit is not a failure."),
+) -> None:
+    """Check the OS, GPU, toolchain, disk and the vendor/patch/build state."""
+    checks = doctor_stage.run_checks(recipes.load(recipe), cpu_only=cpu)
+    if json_out:
+        console.print_json(doctor_stage.to_json(checks))
+    else:
+        table = Table(show_header=True, header_style="bold", box=None)
+        for col in ("check", "status", "detail", "fix"):
+            table.add_column(col)
+        for c in checks:
+            style = _STATUS_STYLE[c.status]
+            table.add_row(c.name, f"[{style}]{c.status}[/]", c.detail, c.fix)
+        console.out.print(table)
+    failed = [c.name for c in checks if c.failed]
+    if failed:
+        if not json_out:
+            console.err.print(f"[red]required checks failed:[/] {', '.join(failed)}")
+        raise typer.Exit(int(Exit.FAILED))
+
+
+def vendor(
+    from_archive: Path = typer.Option(None, "--from-archive", help="Take the tree from an archive made by --archive."),
+    source: str = typer.Option(None, "--source", help="Only this source: git, sdist or archive."),
+    archive: Path = typer.Option(None, "--archive", help="Write a trimmed source archive (.tar.xz) and exit."),
+    force: bool = typer.Option(False, "--force", help="Fetch again even if the tree is at the pin."),
+) -> None:
+    """Fetch the pinned llama.cpp into vendor/llama.cpp (a no-op when it is already there)."""
+    if archive:
+        if from_archive or force:
+            raise UsageError("--archive writes an archive of the existing tree; it takes no other option")
+        dest = vendor_stage.write_archive(archive)
+        console.ok(f"wrote {dest} ({dest.stat().st_size / 2**20:.1f} MiB)")
+        return
+    vendor_stage.vendor(source=source, archive=from_archive, force=force)
+
+
+patch_app = typer.Typer(help="Apply buun's patch series to vendor/llama.cpp.", invoke_without_command=True,
+                        no_args_is_help=False)
+
+
+@patch_app.callback()
+def patch(
+    ctx: typer.Context,
+    check: bool = typer.Option(False, "--check", help="Dry run: would the series apply? Changes nothing."),
+    status: bool = typer.Option(False, "--status", help="Show which patches are applied."),
+    reverse: bool = typer.Option(False, "--reverse", help="Remove the series (back to the pristine pin)."),
+) -> None:
+    """Apply the patches in order (idempotent; all or nothing)."""
+    if ctx.invoked_subcommand:
+        return
+    if sum((check, status, reverse)) > 1:
+        raise UsageError("--check, --status and --reverse exclude each other")
+    if status:
+        table = Table(box=None)
+        table.add_column("patch")
+        table.add_column("state")
+        table.add_column("")
+        for st in patches.status():
+            table.add_row(st.patch.name, f"[{_STATUS_STYLE[st.state]}]{st.state}[/]", st.detail)
+        console.out.print(table)
+    elif check:
+        names = patches.check()
+        if names:
+            console.ok(f"{len(names)} patch(es) would apply cleanly: {', '.join(names)}")
+        else:
+            console.ok(f"nothing to apply: all {len(patches.series())} patch(es) are applied")
+    elif reverse:
+        n = patches.reverse()
+        console.ok(f"removed {n} patch commit(s); vendor/llama.cpp is the pristine pin")
+    else:
+        applied = patches.apply()
+        total = len(patches.series())
+        if applied:
+            console.ok(f"applied {len(applied)} of {total} patch(es): {', '.join(applied)}")
+        else:
+            console.ok(f"all {total} patch(es) already applied")
+
+
+@patch_app.command("export")
+def patch_export() -> None:
+    """Regenerate patches/ from the commits above the baseline in vendor/llama.cpp."""
+    names = patches.export()
+    console.ok(f"wrote {len(names)} patch(es) to patches/: {', '.join(names)}")
+
+
+def build(
+    cpu: bool = typer.Option(False, "--cpu", help="Build for the CPU even when a GPU is present."),
+    cuda: bool = typer.Option(False, "--cuda", help="Build with CUDA (needs nvcc)."),
+    cuda_arch: str = typer.Option(None, "--cuda-arch", help="CUDA compute capability, e.g. 86 (default: detected)."),
+    jobs: int = typer.Option(None, "--jobs", "-j", min=1, help="Parallel jobs (default: from cores and memory)."),
+    ui: str = typer.Option(None, "--ui", help="Web UI: build (npm), prebuilt (download) or none (default: detect)."),
+    force: bool = typer.Option(False, "--force", help="Rebuild even if nothing changed."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Build llama-server, llama-quantize, llama-cli, llama-bench and llama-speculative-simple."""
+    p = build_stage.plan(cpu=cpu, cuda=cuda, arch=cuda_arch, jobs=jobs, ui=ui)
+    if p.ui == "none":
+        console.warn("no npm and no network: the server is built without its web chat UI")
+    result = build_stage.build(p, force=force)
+    if json_out:
+        console.print_json(result.to_json())
+
+
+def register(app: typer.Typer) -> None:
+    from buun_tool.cli.app import PIPELINE
+
+    app.command(rich_help_panel=PIPELINE)(doctor)
+    app.command(rich_help_panel=PIPELINE)(vendor)
+    app.add_typer(patch_app, name="patch", rich_help_panel=PIPELINE)
+    app.command(rich_help_panel=PIPELINE)(build)

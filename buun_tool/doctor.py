@@ -1,0 +1,164 @@
+"""Stage 0: check the machine before anything long runs.
+
+Each check is ok / warn / fail with the fix to apply. Only `required` failures make doctor
+(and `buun setup`) stop; a machine without a GPU is told so plainly and the CPU path passes.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from buun_tool import build, patches, paths, vendor
+from buun_tool.errors import BuunError
+from buun_tool.recipes import Recipe
+
+# What a build needs besides the models: the vendored tree and a CUDA build directory.
+BUILD_DISK_BYTES = 3 * 2**30
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # ok | warn | fail
+    detail: str
+    fix: str = ""
+    required: bool = True
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "fail" and self.required
+
+
+def _version_of(cmd: list[str]) -> str | None:
+    if not shutil.which(cmd[0]):
+        return None
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (out.stdout or out.stderr).strip()
+    return text.splitlines()[0] if text else "unknown version"
+
+
+def _tool(name: str, cmd: list[str], fix: str, required: bool = True, min_version: tuple[int, ...] = ()) -> Check:
+    version = _version_of(cmd)
+    if version is None:
+        return Check(name, "fail" if required else "warn", "not found", fix, required)
+    if min_version:
+        m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+        found = tuple(int(x) for x in m.groups() if x) if m else ()
+        if found and found < min_version:
+            want = ".".join(map(str, min_version))
+            return Check(name, "fail" if required else "warn", f"{version} (need >= {want})", fix, required)
+    return Check(name, "ok", version, required=required)
+
+
+def check_python() -> Check:
+    v = sys.version_info
+    ok = v >= (3, 11)
+    return Check("python", "ok" if ok else "fail", platform.python_version(),
+                 "" if ok else "install Python 3.11 or newer")
+
+
+def check_gpu(cpu_only: bool) -> list[Check]:
+    gpus = build.detect_gpus()
+    if not gpus:
+        detail = "no NVIDIA GPU visible (nvidia-smi missing or sees none): buun will build and run on the CPU"
+        return [Check("gpu", "warn", detail, "install the NVIDIA driver if this machine has a GPU", required=False)]
+    checks = [Check("gpu", "ok", "; ".join(f"{g.name}, compute {g.compute_cap}, {g.memory_mib / 1024:.1f} GiB"
+                                           for g in gpus)),
+              Check("driver", "ok", gpus[0].driver)]
+    nvcc = build.find_nvcc()
+    if nvcc:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip()
+        checks.append(Check("nvcc", "ok", out.splitlines()[-1] if out else nvcc))
+    else:
+        checks.append(Check("nvcc", "warn" if cpu_only else "fail", "CUDA toolkit not found",
+                            "install the CUDA toolkit (nvcc), or build for the CPU with --cpu", required=not cpu_only))
+    return checks
+
+
+def disk_needed(recipe: Recipe | None) -> int:
+    """Bytes a full setup writes: downloads, the F16 drafter, its quantized copy and the build."""
+    if recipe is None:
+        return BUILD_DISK_BYTES
+    t = recipe.geometry["target"]
+    d = recipe.geometry["drafter"]
+    h = t["hidden_size"]
+    # target: attention/delta-net/ffn per layer plus embeddings and head, ~4.9 bits at Q4_K_M
+    per_layer = 4 * h * h + 3 * h * t["intermediate_size"]
+    target_params = t["num_hidden_layers"] * per_layer + 2 * h * t["vocab_size"]
+    draft_params = d["num_hidden_layers"] * (4 * h * h + 3 * h * d["intermediate_size"]) + \
+        len(d["target_layer_ids"]) * h * h
+    return int(target_params * 4.9 / 8 + draft_params * (2 + 2 + 0.6)) + BUILD_DISK_BYTES
+
+
+def check_disk(recipe: Recipe | None) -> Check:
+    target = paths.models_dir()
+    probe = next((p for p in [target, *target.parents] if p.exists()), Path("/"))
+    free = shutil.disk_usage(probe).free
+    need = disk_needed(recipe)
+    what = f"{free / 2**30:.1f} GiB free at {probe}, {need / 2**30:.1f} GiB needed"
+    if free < need:
+        return Check("disk", "fail", what, "free some space or pass --models-dir on a larger disk")
+    return Check("disk", "ok", what)
+
+
+def check_llama_state() -> list[Check]:
+    pin = vendor.load_pin()
+    st = vendor.state(pin)
+    checks = [Check("vendor", "ok" if st.present and st.at_pin else "warn", st.describe(pin),
+                    "" if st.present and st.at_pin else "run `buun vendor`", required=False)]
+    if st.present and st.at_pin:
+        try:
+            states = patches.status()
+        except BuunError as exc:
+            states, detail = [], str(exc)
+        else:
+            detail = ", ".join(f"{s.patch.name.split('-')[0]}:{s.state}" for s in states) or "no patches"
+        pending = [s for s in states if s.state != "applied"]
+        checks.append(Check("patches", "warn" if pending else "ok", detail,
+                            "run `buun patch`" if pending else "", required=False))
+    stamps = {v: build.read_stamp(v) for v in build.VARIANTS}
+    built = {v: s for v, s in stamps.items() if s}
+    if not built:
+        checks.append(Check("build", "warn", "llama.cpp is not built", "run `buun build`", required=False))
+    for variant, stamp in built.items():
+        arch = f", sm_{stamp['arch']}" if stamp.get("arch") else ""
+        checks.append(Check(f"build ({variant})", "ok", f"{paths.build_dir(variant)}{arch}", required=False))
+        if stamp.get("ui") == "none":
+            checks.append(Check("web UI", "warn", f"the {variant} llama-server was built without its web chat UI",
+                                "install Node.js/npm and run `buun build --force`", required=False))
+        else:
+            checks.append(Check("web UI", "ok", f"embedded ({stamp.get('ui')})", required=False))
+    return checks
+
+
+def run_checks(recipe: Recipe | None = None, cpu_only: bool = False) -> list[Check]:
+    checks = [
+        Check("os", "ok" if sys.platform == "linux" else "warn",
+              f"{platform.system()} {platform.release()} ({platform.machine()})",
+              "" if sys.platform == "linux" else "buun is made for Linux", required=False),
+        check_python(),
+        *check_gpu(cpu_only),
+        _tool("git", ["git", "--version"], "apt-get install git"),
+        _tool("cmake", ["cmake", "--version"], "apt-get install cmake (3.18 or newer)", min_version=(3, 18)),
+        _tool("compiler", ["c++", "--version"], "apt-get install build-essential"),
+        _tool("ninja", ["ninja", "--version"], "apt-get install ninja-build (faster builds)", required=False),
+        _tool("ccache", ["ccache", "--version"], "apt-get install ccache (fast rebuilds)", required=False),
+        _tool("npm", ["npm", "--version"], "install Node.js and npm to build the server's web chat UI",
+              required=False),
+        check_disk(recipe),
+        *check_llama_state(),
+    ]
+    return checks
+
+
+def to_json(checks: list[Check]) -> dict[str, object]:
+    return {"ok": not any(c.failed for c in checks), "checks": [asdict(c) for c in checks]}

@@ -1,0 +1,56 @@
+"""Errors a user can act on.
+
+Every failure buun expects carries what went wrong, the next thing to do and its own exit
+code, so scripts can tell a missing download from a failed build. The CLI prints them without
+a traceback (set BUUN_DEBUG=1 to see one).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Exit(IntEnum):
+    OK = 0
+    FAILED = 1  # a check or a stage failed
+    USAGE = 2  # bad arguments, bad recipe, bad input file
+    NOT_READY = 3  # a stage this one needs has not run (no vendor tree, no build, no model)
+    NETWORK = 4  # could not reach a source
+    NOT_FOUND = 5  # repo, revision or file does not exist
+    GATED = 6  # access to a repo must be requested or a token is missing
+    DISK = 7  # not enough disk space
+    CONFLICT = 8  # something else holds the resource (port, lock, dirty tree)
+    INTERRUPTED = 130
+
+
+class BuunError(Exception):
+    """A failure with a message for the user and a hint saying what to do next."""
+
+    exit_code: Exit = Exit.FAILED
+
+    def __init__(self, message: str, hint: str | None = None, exit_code: Exit | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
+
+
+class UsageError(BuunError):
+    exit_code = Exit.USAGE
+
+
+class NotReadyError(BuunError):
+    exit_code = Exit.NOT_READY
+
+
+class CommandError(BuunError):
+    """An external command (git, cmake, the converter) failed; `log_tail` holds its last lines."""
+
+    def __init__(self, message: str, hint: str | None = None, log_tail: str = "", log_path: str | None = None):
+        super().__init__(message, hint)
+        self.log_tail = log_tail
+        self.log_path = log_path

@@ -1,0 +1,227 @@
+"""Stage: apply buun's patch series (patches/NNNN-*.patch) to vendor/llama.cpp.
+
+The patches are `git format-patch` files; each is applied with `git am` as one commit on top of
+the baseline, so the vendored tree's history *is* the series and `export` writes it back out.
+
+- Idempotent: a patch whose patch-id matches a commit above the baseline is applied; skipped.
+- Atomic: if patch N fails, HEAD is reset to where the run started; nothing half-applied stays.
+- Stale: after patches/ changed (git pull, pin bump), commits that carry a series patch's
+  subject but other content are replaced by re-applying the series from the baseline.
+- Safe: commits that are not series patches are someone's work; buun refuses to drop them and
+  says to export first.
+"""
+
+from __future__ import annotations
+
+import email
+import hashlib
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from email import policy
+from pathlib import Path
+
+from buun_tool import paths, vendor
+from buun_tool.errors import BuunError, Exit
+from buun_tool.proc import git, run
+
+PATCH_RE = re.compile(r"^\d{4}-.+\.patch$")
+COMMITTER = {"GIT_COMMITTER_NAME": "buun", "GIT_COMMITTER_EMAIL": "buun@localhost"}
+
+
+@dataclass(frozen=True)
+class Patch:
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+    @property
+    def subject(self) -> str:
+        msg = email.message_from_bytes(self.path.read_bytes(), policy=policy.default)
+        return re.sub(r"^\[PATCH[^\]]*\]\s*", "", str(msg.get("Subject", ""))).strip()
+
+
+@dataclass
+class PatchStatus:
+    patch: Patch
+    state: str  # applied | pending | stale | conflict
+    detail: str = ""
+
+
+def series(directory: Path | None = None) -> list[Patch]:
+    d = directory or paths.patches_dir()
+    return [Patch(p) for p in sorted(d.glob("*.patch")) if PATCH_RE.match(p.name)]
+
+
+def fingerprint() -> list[dict[str, str]]:
+    """Names and hashes of the series, for stamps and provenance records."""
+    return [{"name": p.name, "sha256": p.sha256} for p in series()]
+
+
+def _patch_id(diff: bytes) -> str | None:
+    out = subprocess.run(["git", "patch-id", "--stable"], input=diff, capture_output=True).stdout.decode()
+    return out.split()[0] if out.strip() else None
+
+
+def _commits(repo: Path) -> list[tuple[str, str, str | None]]:
+    """(sha, subject, patch-id) of each commit above the baseline, oldest first."""
+    shas = git(repo, "rev-list", "--reverse", f"{vendor.BASELINE_TAG}..HEAD").split()
+    result = []
+    for sha in shas:
+        subject = git(repo, "log", "-1", "--format=%s", sha)
+        diff = subprocess.run(["git", "-C", str(repo), "show", "--format=", sha], capture_output=True).stdout
+        result.append((sha, subject, _patch_id(diff)))
+    return result
+
+
+def _require_clean(repo: Path) -> None:
+    dirty = git(repo, "status", "--porcelain", "--untracked-files=no")
+    if dirty:
+        raise BuunError(
+            f"vendor/llama.cpp has uncommitted changes:\n{dirty}",
+            "commit them (then `buun patch export`) or discard them (`git -C vendor/llama.cpp checkout .`)",
+            exit_code=Exit.CONFLICT,
+        )
+
+
+def _failure_detail(repo: Path, patch: Patch) -> str:
+    """Which file and hunk of `patch` do not apply to the tree as it is now."""
+    check = run(["git", "-C", str(repo), "apply", "--check", "-v", str(patch.path)], check=False)
+    lines = [ln for ln in (check.stderr + check.stdout).splitlines()
+             if ln.startswith(("error:", "Checking patch")) or "hunk" in ln.lower()]
+    failing = [ln for ln in lines if ln.startswith("error:")]
+    return "\n".join(failing or lines[-6:]) or check.stderr.strip()
+
+
+def status() -> list[PatchStatus]:
+    repo = vendor.require_vendored()
+    commits = _commits(repo)
+    ids = {pid for _, _, pid in commits if pid}
+    subjects = {subj for _, subj, _ in commits}
+    result = []
+    for p in series():
+        if _patch_id(p.path.read_bytes()) in ids:
+            result.append(PatchStatus(p, "applied"))
+        elif p.subject in subjects:
+            result.append(PatchStatus(p, "stale", "an older version is applied; `buun patch` replaces it"))
+        else:
+            result.append(PatchStatus(p, "pending"))
+    return result
+
+
+def _unknown_commits(repo: Path, patches: list[Patch]) -> list[str]:
+    ids = {_patch_id(p.path.read_bytes()) for p in patches}
+    subjects = {p.subject for p in patches}
+    return [f"{sha[:10]} {subj}" for sha, subj, pid in _commits(repo) if pid not in ids and subj not in subjects]
+
+
+def _am(repo: Path, patch: Patch) -> bool:
+    # The author and date come from the patch; a fixed committer makes the commit ids depend on
+    # the series alone (and works on machines with no git identity configured).
+    proc = run(["git", "-C", str(repo), "am", "--keep-cr", "--whitespace=nowarn", "--committer-date-is-author-date",
+                str(patch.path)], check=False, env=COMMITTER)
+    if proc.returncode != 0:
+        run(["git", "-C", str(repo), "am", "--abort"], check=False)
+        return False
+    return True
+
+
+def _apply_series(repo: Path, start: str) -> list[str]:
+    """Apply every series patch not yet in HEAD; on failure reset to `start` and raise."""
+    done = []
+    for st in status():
+        if st.state == "applied":
+            continue
+        if not _am(repo, st.patch):
+            detail = _failure_detail(repo, st.patch)
+            git(repo, "reset", "-q", "--hard", start)
+            pin = vendor.load_pin()
+            raise BuunError(
+                f"patch {st.patch.name} does not apply to llama.cpp {pin.short}:\n{detail}\n"
+                "vendor/llama.cpp is unchanged.",
+                "regenerate it against the pin: in vendor/llama.cpp apply the patches before it, make the "
+                "change by hand, `git commit`, then `buun patch export` (see patches/README.md)",
+                exit_code=Exit.CONFLICT,
+            )
+        done.append(st.patch.name)
+    return done
+
+
+def apply() -> list[str]:
+    """Apply the series; return the names of the patches applied now (empty: nothing to do)."""
+    repo = vendor.require_vendored()
+    _require_clean(repo)
+    start = git(repo, "rev-parse", "HEAD")
+    states = status()
+    if any(s.state == "stale" for s in states):
+        unknown = _unknown_commits(repo, series())
+        if unknown:
+            raise BuunError(
+                "patches/ changed, but vendor/llama.cpp also holds commits that are not series patches:\n  "
+                + "\n  ".join(unknown),
+                "export them first (`buun patch export`) or drop them, then run `buun patch` again",
+                exit_code=Exit.CONFLICT,
+            )
+        git(repo, "reset", "-q", "--hard", vendor.BASELINE_TAG)
+    return _apply_series(repo, start)
+
+
+def check() -> list[str]:
+    """Dry run: apply the pending patches in a scratch worktree; the vendored tree is not touched."""
+    repo = vendor.require_vendored()
+    scratch = Path(tempfile.mkdtemp(prefix="buun-patch-check-"))
+    wt = scratch / "tree"
+    git(repo, "worktree", "add", "-q", "--detach", str(wt), "HEAD")
+    try:
+        pending = [s.patch for s in status() if s.state != "applied"]
+        if any(s.state == "stale" for s in status()):
+            git(wt, "reset", "-q", "--hard", vendor.BASELINE_TAG)
+            pending = series()
+        for p in pending:
+            if not _am(wt, p):
+                raise BuunError(f"patch {p.name} would not apply:\n{_failure_detail(wt, p)}",
+                                "regenerate it against the pin (see patches/README.md)", exit_code=Exit.CONFLICT)
+        return [p.name for p in pending]
+    finally:
+        git(repo, "worktree", "remove", "--force", str(wt), check=False)
+        git(repo, "worktree", "prune", check=False)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def reverse() -> int:
+    """Remove the series: back to the pristine baseline. Refuses to drop commits of other work."""
+    repo = vendor.require_vendored()
+    _require_clean(repo)
+    unknown = _unknown_commits(repo, series())
+    if unknown:
+        raise BuunError("vendor/llama.cpp holds commits that are not series patches:\n  " + "\n  ".join(unknown),
+                        "export them first (`buun patch export`)", exit_code=Exit.CONFLICT)
+    n = len(_commits(repo))
+    git(repo, "reset", "-q", "--hard", vendor.BASELINE_TAG)
+    return n
+
+
+def export() -> list[str]:
+    """Regenerate patches/ from the commits above the baseline in vendor/llama.cpp."""
+    repo = vendor.require_vendored()
+    _require_clean(repo)
+    out = paths.patches_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        # Stable output whatever the machine: fixed hash length, no commit ids or git version.
+        git(repo, "-c", "core.abbrev=12", "-c", "diff.noprefix=false", "format-patch", "--zero-commit",
+            "--no-signature", "--no-stat", "-N", "-o", tmp, f"{vendor.BASELINE_TAG}..HEAD")
+        new = sorted(Path(tmp).glob("*.patch"))
+        for old in series(out):
+            old.path.unlink()
+        for f in new:
+            shutil.move(str(f), out / f.name)
+    return [f.name for f in new]

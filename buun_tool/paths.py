@@ -1,0 +1,83 @@
+"""Every place buun reads or writes, in one module.
+
+Two roots: the checkout (pin, patches, recipes, the vendored tree and its builds) and the
+user's XDG directories (models, caches, stage stamps, server state). Stages ask this module
+for paths; none builds another stage's paths by hand.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _env_path(name: str, default: Path) -> Path:
+    value = os.environ.get(name)
+    return Path(value).expanduser() if value else default
+
+
+def project_root() -> Path:
+    """The buun checkout: where pyproject.toml, vendor/, patches/ and recipes/ live."""
+    override = os.environ.get("BUUN_ROOT")
+    if override:
+        return Path(override).expanduser().resolve()
+    return Path(__file__).resolve().parent.parent
+
+
+def vendor_dir() -> Path:
+    return project_root() / "vendor"
+
+
+def pin_file() -> Path:
+    return vendor_dir() / "pin.yaml"
+
+
+def llama_dir() -> Path:
+    """The vendored llama.cpp tree (a local git repo: baseline commit + applied patches)."""
+    return _env_path("BUUN_LLAMA_DIR", vendor_dir() / "llama.cpp")
+
+
+def build_dir(variant: str) -> Path:
+    return _env_path("BUUN_BUILD_DIR", vendor_dir() / "build") / variant
+
+
+def patches_dir() -> Path:
+    return _env_path("BUUN_PATCHES_DIR", project_root() / "patches")
+
+
+def recipes_dir() -> Path:
+    return project_root() / "recipes"
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    return _env_path(var, Path.home() / fallback) / "buun"
+
+
+def data_dir() -> Path:
+    return _env_path("BUUN_DATA_DIR", _xdg("XDG_DATA_HOME", ".local/share"))
+
+
+def cache_dir() -> Path:
+    return _env_path("BUUN_CACHE_DIR", _xdg("XDG_CACHE_HOME", ".cache"))
+
+
+def state_dir() -> Path:
+    return _env_path("BUUN_STATE_DIR", _xdg("XDG_STATE_HOME", ".local/state"))
+
+
+def config_dir() -> Path:
+    return _env_path("BUUN_CONFIG_DIR", _xdg("XDG_CONFIG_HOME", ".config"))
+
+
+def models_dir() -> Path:
+    return _env_path("BUUN_MODELS_DIR", data_dir() / "models")
+
+
+def stamps_dir() -> Path:
+    """Completion stamps of the setup stages."""
+    return state_dir() / "stamps"
+
+
+def instances_dir() -> Path:
+    """PID, state and log files of supervised servers, one folder per instance."""
+    return state_dir() / "instances"

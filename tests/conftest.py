@@ -1,0 +1,36 @@
+"""Shared fixtures: every test runs with its own XDG folders; the llama.cpp CPU build of the
+checkout (made once by .ci/run or `make build`) serves the tests that run real binaries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from buun_tool import build
+
+# fixture modules shared by several test files
+pytest_plugins = ["tests.fake_llama"]
+
+
+@pytest.fixture(autouse=True)
+def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No test reads or writes the user's real ~/.local/share/buun, ~/.cache/buun, ..."""
+    home = tmp_path / "buun-home"
+    for var, sub in (("BUUN_DATA_DIR", "data"), ("BUUN_STATE_DIR", "state"), ("BUUN_CONFIG_DIR", "config"),
+                     ("BUUN_MODELS_DIR", "data/models")):
+        monkeypatch.setenv(var, str(home / sub))
+    # the sdist and converter environment are expensive: shared between tests, not with the user
+    monkeypatch.setenv("BUUN_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "buun-cache"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    return home
+
+
+@pytest.fixture(scope="session")
+def llama_bin() -> Path:
+    """The folder of the CPU build's binaries. Fails (never skips) when the build is missing:
+    .ci/run builds it before pytest, locally `make build` does."""
+    try:
+        return build.bin_dir()
+    except Exception as exc:  # NotReadyError: say how to get it
+        pytest.fail(f"llama.cpp is not built: {exc}. Run `make build` first.")

@@ -1,0 +1,99 @@
+"""A small stand-in for the llama.cpp source tree: a throwaway buun checkout (BUUN_ROOT) with its
+own pin.yaml whose sources are a local git repo and a local archive, so vendor and patch logic
+run for real (git, tar, hashes) in a fraction of a second."""
+
+from __future__ import annotations
+
+import subprocess
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+FILES = {
+    "CMakeLists.txt": "project(fake)\n",
+    "common/arg.cpp": "".join(f"int option_{i} = {i};\n" for i in range(40)),
+    "common/speculative.cpp": "".join(f"// line {i}\n" for i in range(40)),
+    "scripts/build.sh": "#!/bin/sh\necho build\n",
+    "docs/guide.md": "trimmed away\n",
+    "models/ggml-vocab-x.gguf": "trimmed away\n",
+}
+TRIM = ["docs/", "models/ggml-vocab-*"]
+
+
+def run(*cmd: str, cwd: Path | None = None) -> str:
+    return subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@dataclass
+class FakeProject:
+    root: Path
+    upstream: Path  # a git repo standing in for github.com/ggml-org/llama.cpp
+    archive: Path  # a tar.gz of the same tree, like a trimmed archive
+    commit: str
+
+    @property
+    def llama(self) -> Path:
+        return self.root / "vendor" / "llama.cpp"
+
+    @property
+    def patches(self) -> Path:
+        return self.root / "patches"
+
+    def write_pin(self, tree: str, sources: list[dict]) -> None:
+        pin = {"commit": self.commit, "tree": tree, "sources": sources, "trim": TRIM}
+        (self.root / "vendor" / "pin.yaml").write_text(yaml.safe_dump(pin))
+
+
+def _tree_hash_of(files: dict[str, str], tmp: Path) -> str:
+    """The git tree hash of the trimmed tree, computed independently of buun's code."""
+    d = tmp / "hash-tree"
+    for rel, text in files.items():
+        if rel.startswith("docs/") or rel.startswith("models/"):
+            continue
+        p = d / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+        if rel.endswith(".sh"):
+            p.chmod(0o755)
+    run("git", "init", "-q", str(d))
+    run("git", "add", "-A", cwd=d)
+    return run("git", "write-tree", cwd=d)
+
+
+@pytest.fixture
+def fake_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeProject:
+    upstream = tmp_path / "upstream"
+    for rel, text in FILES.items():
+        p = upstream / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+        if rel.endswith(".sh"):
+            p.chmod(0o755)
+    run("git", "init", "-q", str(upstream))
+    run("git", "-C", str(upstream), "config", "uploadpack.allowAnySHA1InWant", "true")
+    run("git", "-C", str(upstream), "add", "-A")
+    run("git", "-C", str(upstream), "-c", "user.name=up", "-c", "user.email=up@x", "commit", "-q", "-m", "upstream")
+    commit = run("git", "-C", str(upstream), "rev-parse", "HEAD")
+    archive = tmp_path / "llama-src.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(upstream, arcname="llama.cpp", filter=lambda ti: None if "/.git" in ti.name else ti)
+    root = tmp_path / "checkout"
+    (root / "vendor").mkdir(parents=True)
+    (root / "patches").mkdir()
+    project = FakeProject(root, upstream, archive, commit)
+    project.write_pin(_tree_hash_of(FILES, tmp_path),
+                      [{"kind": "git", "url": f"file://{upstream}"}, {"kind": "archive"}])
+    monkeypatch.setenv("BUUN_ROOT", str(root))
+    monkeypatch.setenv("BUUN_CACHE_DIR", str(tmp_path / "cache"))
+    return project
+
+
+def commit_change(repo: Path, rel: str, old: str, new: str, subject: str) -> None:
+    """A developer's change in the vendored tree, committed (the patch-writing workflow)."""
+    f = repo / rel
+    f.write_text(f.read_text().replace(old, new, 1))
+    run("git", "-C", str(repo), "add", "-A")
+    run("git", "-C", str(repo), "-c", "user.name=dev", "-c", "user.email=dev@x", "commit", "-q", "-m", subject)

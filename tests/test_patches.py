@@ -1,0 +1,110 @@
+"""`buun patch`: apply, dry run, status, reverse and export of a patch series, on a real git tree."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from buun_tool import patches, vendor
+from buun_tool.cli.app import app
+from buun_tool.errors import BuunError, Exit
+from tests.fake_llama import FakeProject, commit_change, run
+
+runner = CliRunner()
+
+
+def head(p: FakeProject) -> str:
+    return run("git", "-C", str(p.llama), "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def series(fake_project: FakeProject) -> FakeProject:
+    """A vendored tree and a two-patch series written through the developer workflow."""
+    vendor.vendor()
+    commit_change(fake_project.llama, "common/arg.cpp", "int option_3 = 3;", "int option_3 = 33;",
+                  "arg: first change\n\nWhy: a test.")
+    commit_change(fake_project.llama, "common/speculative.cpp", "// line 20", "// line twenty",
+                  "spec: second change")
+    assert patches.export() == ["0001-arg-first-change.patch", "0002-spec-second-change.patch"]
+    return fake_project
+
+
+def test_export_writes_numbered_patches_with_their_header(series: FakeProject) -> None:
+    first = (series.patches / "0001-arg-first-change.patch").read_text()
+    assert "Subject: [PATCH] arg: first change" in first and "Why: a test." in first
+    assert first.startswith("From 0000000000000000000000000000000000000000")  # no machine-specific ids
+    before = {p.name: p.read_bytes() for p in series.patches.iterdir()}
+    patches.export()
+    assert {p.name: p.read_bytes() for p in series.patches.iterdir()} == before
+
+
+def test_reverse_apply_idempotent(series: FakeProject) -> None:
+    assert [s.state for s in patches.status()] == ["applied", "applied"]
+    assert patches.reverse() == 2
+    assert head(series) == run("git", "-C", str(series.llama), "rev-parse", "buun-baseline")
+    assert [s.state for s in patches.status()] == ["pending", "pending"]
+    assert patches.apply() == ["0001-arg-first-change.patch", "0002-spec-second-change.patch"]
+    assert "option_3 = 33" in (series.llama / "common/arg.cpp").read_text()
+    assert patches.apply() == []  # nothing left to do
+    first = head(series)
+    patches.reverse()
+    patches.apply()
+    assert head(series) == first  # same series -> same commits, whatever the machine
+
+
+def test_check_is_a_dry_run(series: FakeProject) -> None:
+    patches.reverse()
+    before = head(series)
+    assert patches.check() == ["0001-arg-first-change.patch", "0002-spec-second-change.patch"]
+    assert head(series) == before
+    assert run("git", "-C", str(series.llama), "worktree", "list").count("\n") == 0  # scratch worktree gone
+
+
+def test_failing_patch_leaves_the_tree_unchanged(series: FakeProject) -> None:
+    patches.reverse()
+    second = series.patches / "0002-spec-second-change.patch"
+    second.write_text(second.read_text().replace("-// line 20", "-// line 2000"))  # no longer matches
+    before = head(series)
+    with pytest.raises(BuunError) as exc:
+        patches.apply()
+    msg = str(exc.value)
+    assert "0002-spec-second-change.patch" in msg and "common/speculative.cpp" in msg
+    assert "regenerate" in (exc.value.hint or "") and exc.value.exit_code == Exit.CONFLICT
+    assert head(series) == before  # 0001 was rolled back too
+    assert run("git", "-C", str(series.llama), "status", "--porcelain") == ""
+
+
+def test_changed_patch_replaces_the_stale_commit(series: FakeProject) -> None:
+    first = series.patches / "0001-arg-first-change.patch"
+    first.write_text(first.read_text().replace("+int option_3 = 33;", "+int option_3 = 333;"))
+    assert [s.state for s in patches.status()] == ["stale", "applied"]
+    patches.apply()
+    assert [s.state for s in patches.status()] == ["applied", "applied"]
+    assert "option_3 = 333" in (series.llama / "common/arg.cpp").read_text()
+
+
+def test_unexported_work_is_never_dropped(series: FakeProject) -> None:
+    commit_change(series.llama, "common/arg.cpp", "int option_5 = 5;", "int option_5 = 55;", "my experiment")
+    with pytest.raises(BuunError, match="my experiment"):
+        patches.reverse()
+    first = series.patches / "0001-arg-first-change.patch"
+    first.write_text(first.read_text().replace("+int option_3 = 33;", "+int option_3 = 333;"))
+    with pytest.raises(BuunError, match="export them first"):
+        patches.apply()
+    assert "option_5 = 55" in (series.llama / "common/arg.cpp").read_text()
+
+
+def test_uncommitted_edits_block_apply(series: FakeProject) -> None:
+    (series.llama / "common/arg.cpp").write_text("edited\n")
+    result = runner.invoke(app, ["patch"])
+    assert result.exit_code == Exit.CONFLICT
+    assert "uncommitted changes" in result.output
+
+
+def test_cli_status_and_apply(series: FakeProject) -> None:
+    assert runner.invoke(app, ["patch", "--reverse"]).exit_code == 0
+    result = runner.invoke(app, ["patch", "--status"])
+    assert result.exit_code == 0 and result.output.count("pending") == 2
+    result = runner.invoke(app, ["patch"])
+    assert result.exit_code == 0 and "applied 2 of 2" in result.output
+    assert runner.invoke(app, ["patch", "--check", "--status"]).exit_code == Exit.USAGE

@@ -1,0 +1,106 @@
+"""`buun vendor`: the pinned tree from each source, verified, atomic, idempotent."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+
+import pytest
+from typer.testing import CliRunner
+
+from buun_tool import vendor
+from buun_tool.cli.app import app
+from buun_tool.errors import BuunError, Exit
+from tests.fake_llama import FakeProject, run
+
+runner = CliRunner()
+
+
+def test_git_source_gives_trimmed_baseline(fake_project: FakeProject) -> None:
+    st = vendor.vendor()
+    assert st.present and st.at_pin and st.commits_on_top == 0
+    llama = fake_project.llama
+    assert (llama / "common" / "arg.cpp").is_file()
+    assert not (llama / "docs").exists()  # trimmed
+    assert not (llama / "models" / "ggml-vocab-x.gguf").exists()
+    assert os.stat(llama / "scripts" / "build.sh").st_mode & stat.S_IXUSR  # modes survive
+    assert run("git", "-C", str(llama), "rev-parse", "buun-baseline^{tree}") == vendor.load_pin().tree
+
+
+def test_rerun_is_a_noop(fake_project: FakeProject) -> None:
+    vendor.vendor()
+    marker = fake_project.llama / "common" / "arg.cpp"
+    before = marker.stat().st_ino
+    vendor.vendor()
+    assert marker.stat().st_ino == before  # the tree was not fetched again
+
+
+def test_archive_source_and_roundtrip(fake_project: FakeProject, tmp_path) -> None:
+    vendor.vendor(source="archive", archive=fake_project.archive)
+    assert vendor.state().at_pin
+    # the trimmed archive of the vendored tree restores the very same tree
+    out = vendor.write_archive(tmp_path / "trimmed.tar.xz")
+    vendor.vendor(source="archive", archive=out, force=True)
+    assert vendor.state().at_pin
+
+
+def test_falls_back_to_the_next_source(fake_project: FakeProject, monkeypatch: pytest.MonkeyPatch) -> None:
+    pin = vendor.load_pin()
+    fake_project.write_pin(pin.tree, [{"kind": "git", "url": "file:///nonexistent/repo"}, {"kind": "archive"}])
+    monkeypatch.setenv("BUUN_LLAMA_ARCHIVE", str(fake_project.archive))
+    assert vendor.vendor().at_pin
+
+
+def test_wrong_hash_is_rejected_and_keeps_the_good_tree(fake_project: FakeProject, tmp_path) -> None:
+    vendor.vendor()
+    good = (fake_project.llama / "common" / "arg.cpp").read_text()
+    # an archive whose content differs from the pin
+    bad_dir = tmp_path / "bad" / "llama.cpp"
+    shutil.copytree(fake_project.upstream, bad_dir)
+    (bad_dir / "common" / "arg.cpp").write_text("tampered\n")
+    bad = tmp_path / "bad.tar.gz"
+    run("tar", "czf", str(bad), "-C", str(tmp_path / "bad"), "--exclude=.git", "llama.cpp")
+    with pytest.raises(BuunError, match="does not match the pinned"):
+        vendor.vendor(source="archive", archive=bad, force=True)
+    assert (fake_project.llama / "common" / "arg.cpp").read_text() == good
+    assert vendor.state().at_pin
+    assert not list((fake_project.root / "vendor").glob(".tmp-*"))  # no scratch left behind
+
+
+def test_refuses_to_replace_work_in_progress(fake_project: FakeProject) -> None:
+    vendor.vendor()
+    edited = fake_project.llama / "common" / "arg.cpp"
+    edited.write_text("my unexported work\n")
+    pin = vendor.load_pin()
+    fake_project.write_pin("0" * 40, pin.sources)  # the pin moved on (a bump)
+    with pytest.raises(BuunError) as exc:
+        vendor.vendor()
+    assert exc.value.exit_code == Exit.CONFLICT and "buun patch export" in (exc.value.hint or "")
+    assert edited.read_text() == "my unexported work\n"
+
+
+def test_corrupted_sdist_in_cache_is_detected(fake_project: FakeProject, monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path) -> None:
+    pin = vendor.load_pin()
+    fake_project.write_pin(pin.tree, [{"kind": "sdist", "package": "llama-cpp-python", "version": "0.3.36",
+                                       "sha256": "a" * 64, "subdir": "vendor/llama.cpp"}])
+    cached = tmp_path / "cache" / "sdist" / "llama_cpp_python-0.3.36.tar.gz"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"half a download")
+    # no index to download from: the corrupted file must still be thrown away, and nothing land
+    monkeypatch.setenv("PIP_INDEX_URL", f"file://{tmp_path}/no-index")
+    monkeypatch.setenv("PIP_FIND_LINKS", "")
+    result = runner.invoke(app, ["vendor"])
+    assert result.exit_code == Exit.NETWORK, result.output
+    assert "wrong sha256" in result.output and "pip download" in result.output
+    assert not cached.exists()
+    assert not fake_project.llama.exists()
+
+
+def test_cli_archive_option(fake_project: FakeProject, tmp_path) -> None:
+    assert runner.invoke(app, ["vendor"]).exit_code == 0
+    out = tmp_path / "llama-src.tar.xz"
+    result = runner.invoke(app, ["vendor", "--archive", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.is_file() and out.stat().st_size > 0
