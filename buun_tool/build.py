@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import socket
@@ -30,6 +31,11 @@ STAMP = "buun-build.json"
 # The fork's CUDA flags: flash attention for every KV cache type the recipes may choose.
 CUDA_FLAGS = ("-DGGML_CUDA=ON", "-DGGML_NATIVE=ON", "-DGGML_CUDA_FA=ON", "-DGGML_CUDA_FA_ALL_QUANTS=ON")
 CPU_FLAGS = ("-DGGML_CUDA=OFF", "-DGGML_NATIVE=ON")
+# The CPU build (tests, GPU-less machines) leaves out ggml's AMX kernels: on Sapphire Rapids VMs
+# their matmul crashes (SIGSEGV/SIGILL in ggml_backend_amx_mul_mat) on the qwen35 tensors, even
+# with the tile permission granted. AVX-512 serves the CPU path well enough.
+_NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+CPU_X86_FLAGS = (f"-DCMAKE_C_FLAGS={_NO_AMX}", f"-DCMAKE_CXX_FLAGS={_NO_AMX}")
 COMMON_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DLLAMA_BUILD_TESTS=OFF",
@@ -150,7 +156,10 @@ def plan(cpu: bool = False, cuda: bool = False, arch: str | None = None, jobs: i
         raise UsageError(f"unknown UI mode {ui!r}", f"valid: {', '.join(_UI_FLAGS)}")
     generator = "Ninja" if shutil.which("ninja") else "Unix Makefiles"
     args = ["-G", generator, *COMMON_FLAGS, *_UI_FLAGS[ui]]
-    args += list(CUDA_FLAGS) + [f"-DCMAKE_CUDA_ARCHITECTURES={arch}"] if variant == "cuda" else list(CPU_FLAGS)
+    if variant == "cuda":
+        args += [*CUDA_FLAGS, f"-DCMAKE_CUDA_ARCHITECTURES={arch}"]
+    else:
+        args += [*CPU_FLAGS, *(CPU_X86_FLAGS if platform.machine() in ("x86_64", "AMD64") else ())]
     if shutil.which("ccache"):
         langs = ("C", "CXX", "CUDA") if variant == "cuda" else ("C", "CXX")
         args += [f"-DCMAKE_{lang}_COMPILER_LAUNCHER=ccache" for lang in langs]

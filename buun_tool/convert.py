@@ -1,0 +1,420 @@
+"""Stage: convert the drafter to GGUF, quantize it, verify it and record where it came from.
+
+1. The vendored `convert_hf_to_gguf.py` (with the vendored gguf-py) turns the drafter folder
+   into a BF16 GGUF (F16 when the checkpoint is not BF16), given `--target-model-dir` = the
+   tokenizer folder: upstream takes the vocabulary and the target's M-RoPE layout from there.
+2. The built `llama-quantize` makes the recipe's quant (Q4_K_M).
+3. The result is read back (gguf_tools' reader, gguf-py's format constants) and checked
+   against the two configs: architecture, block size, mask token, tapped layers (+1), hidden
+   size, vocabulary size, M-RoPE sections, the exact tensor set and the quant type.
+4. Each GGUF gets a provenance record (`<gguf>.provenance.json`): source revisions and file
+   hashes, the llama.cpp pin and applied patches, the converter's environment, llama-quantize's
+   build, and what verification read.
+
+Every file is written under a temporary name and renamed into place only when complete and
+verified: a failure keeps the previous good GGUF. Unchanged inputs make the stage a no-op, a
+current intermediate is reused when only the quant changes, and the same inputs always give
+the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from buun_tool import build, console, drafter, paths, vendor
+from buun_tool.errors import BuunError, Exit, NotReadyError
+from buun_tool.gguf_tools import GLOBAL_TENSORS, LAYER_TENSORS, OPTIONAL_TENSORS, GgufFile
+from buun_tool.proc import run_logged
+from buun_tool.pull import DISK_RESERVE, Layout, layout, require_pulled, write_json_atomic
+from buun_tool.recipes import Recipe
+
+# The converter's dependencies. Its own requirements file pins torch 2.11 from the PyTorch CPU
+# index, which many machines cannot reach; 2.13.0 from PyPI (or a local CPU wheel) works.
+# transformers and numpy keep the converter's pins: it reads tokenizers through transformers.
+CONVERTER_REQUIREMENTS = ("torch==2.13.0", "transformers==4.57.6", "numpy~=2.2.6")
+ENV_STAMP = "buun-env.json"
+FLOAT_TYPES = ("F32", "F16", "BF16")
+
+
+# --- the converter's environment ------------------------------------------------------------
+
+def converter_env_dir(cache: Path | None = None) -> Path:
+    return (cache or paths.cache_dir()) / "converter-env"
+
+
+def _wanted_env() -> dict[str, Any]:
+    return {"python": sys.version.split()[0], "requirements": list(CONVERTER_REQUIREMENTS)}
+
+
+def _read_env_stamp(env: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((env / ENV_STAMP).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def converter_python(cache: Path | None = None) -> Path:
+    """The Python of the converter's environment, created on first use.
+
+    A venv of its own, WITHOUT --system-site-packages: the converter needs transformers 4.57,
+    which needs huggingface_hub < 1.0, while buun runs on huggingface_hub 2.x; and installing
+    torch must not touch the user's own environment.
+    """
+    env = converter_env_dir(cache)
+    python = env / "bin" / "python"
+    stamp = _read_env_stamp(env)
+    if python.is_file() and stamp and {k: stamp.get(k) for k in _wanted_env()} == _wanted_env():
+        return python
+    log = env.parent / "converter-env.log"
+    shutil.rmtree(env, ignore_errors=True)
+    env.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    console.step(f"creating the converter environment in {env} (torch CPU, transformers; once)")
+    hint = ("the converter's packages come from PyPI; see the log. `python -m venv` needs the venv module "
+            "(Debian: apt-get install python3-venv)")
+    try:
+        run_logged([sys.executable, "-m", "venv", env], log, what="creating the converter venv", hint=hint)
+        run_logged([python, "-m", "pip", "install", "--disable-pip-version-check", *CONVERTER_REQUIREMENTS],
+                   log, what="installing the converter's packages", hint=hint)
+        installed = subprocess.run(
+            [python, "-c", "import json, numpy, torch, transformers; print(json.dumps({'torch': torch.__version__, "
+             "'transformers': transformers.__version__, 'numpy': numpy.__version__}))"],
+            capture_output=True, text=True, check=True).stdout
+    except BaseException:
+        shutil.rmtree(env, ignore_errors=True)  # half an environment must not pass for a whole one
+        raise
+    (env / ENV_STAMP).write_text(json.dumps({**_wanted_env(), "installed": json.loads(installed)}, indent=2) + "\n")
+    return python
+
+
+# --- small helpers --------------------------------------------------------------------------
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _partial(final: Path) -> Path:
+    return final.with_name(f".{final.name}.{os.getpid()}.partial")
+
+
+def _clear_partials(folder: Path) -> None:
+    """Leftovers of a run that was killed (its own cleanup never ran)."""
+    for p in folder.glob(".*.partial"):
+        p.unlink(missing_ok=True)
+
+
+def check_disk(lay: Layout, recipe: Recipe) -> None:
+    """Room for the intermediate (about the checkpoint's size) and the quantized file."""
+    weights = sum((lay.drafter_dir / f).stat().st_size for f in recipe.drafter.files)
+    need = weights * (1 if recipe.quantize in FLOAT_TYPES else 2) + DISK_RESERVE
+    where = lay.gguf_dir if lay.gguf_dir.exists() else lay.root
+    free = shutil.disk_usage(where).free
+    if free < need:
+        raise BuunError(f"not enough disk space in {where} to convert: about {need / 2**30:.1f} GiB needed, "
+                        f"{free / 2**30:.1f} GiB free", "free some space or pass --models-dir on a larger disk",
+                        Exit.DISK)
+
+
+def intermediate_type(facts: dict[str, Any]) -> str:
+    """BF16 keeps a BF16 checkpoint exact; anything else converts to F16."""
+    return "BF16" if str(facts.get("dtype") or "").lower() in ("bfloat16", "bf16") else "F16"
+
+
+def _log_path(recipe: Recipe) -> Path:
+    return paths.state_dir() / "logs" / f"convert-{recipe.name}.log"
+
+
+def provenance_path(gguf: Path) -> Path:
+    return gguf.with_name(gguf.name + ".provenance.json")
+
+
+# --- converting and quantizing --------------------------------------------------------------
+
+def run_converter(python: Path, model_dir: Path, target_dir: Path | None, out: Path, outtype: str, log: Path,
+                  extra: tuple[str, ...] = ()) -> None:
+    """The vendored converter, with the vendored gguf-py, offline (all inputs are local)."""
+    llama = vendor.require_vendored()
+    env = {"PYTHONPATH": str(llama / "gguf-py"), "PYTHONDONTWRITEBYTECODE": "1",
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    cmd = [python, llama / "convert_hf_to_gguf.py", model_dir, "--outfile", out, "--outtype", outtype.lower()]
+    if target_dir is not None:
+        cmd += ["--target-model-dir", target_dir]
+    run_logged([*cmd, *extra], log, env=env, what="the GGUF converter",
+               hint="the last lines above say why; the log has the rest")
+
+
+def run_quantize(src: Path, out: Path, quant: str, log: Path) -> None:
+    quantize = build.find_binary("llama-quantize")
+    run_logged([quantize, src, out, quant], log, what="llama-quantize", hint="see the log")
+
+
+# --- verification ---------------------------------------------------------------------------
+
+def expected_tensors(n_layers: int) -> set[str]:
+    names = {f"{g}.weight" for g in GLOBAL_TENSORS}
+    names |= {f"blk.{i}.{t}.weight" for i in range(n_layers) for t in LAYER_TENSORS}
+    return names
+
+
+def _file_type(quant: str) -> int:
+    import gguf
+
+    return int(gguf.LlamaFileType.ALL_F32 if quant == "F32" else gguf.LlamaFileType[f"MOSTLY_{quant}"])
+
+
+def _read_back(f: GgufFile) -> dict[str, Any]:
+    arch = f.get("general.architecture")
+    types: dict[str, int] = {}
+    for t in f.tensors:
+        types[t.ggml_type.name] = types.get(t.ggml_type.name, 0) + 1
+    tokens = f.kv.get("tokenizer.ggml.tokens")
+    return {
+        "architecture": arch,
+        "block_size": f.get(f"{arch}.block_size"),
+        "mask_token_id": f.get("tokenizer.ggml.mask_token_id"),
+        "target_layers": f.get(f"{arch}.target_layers"),
+        "hidden_size": f.get(f"{arch}.embedding_length"),
+        "block_count": f.get(f"{arch}.block_count"),
+        "rope_sections": f.get(f"{arch}.rope.dimension_sections"),
+        "vocab_tokens": tokens.count if tokens else 0,
+        "file_type": f.get("general.file_type"),
+        "tensor_count": len(f.tensors),
+        "tensor_types": dict(sorted(types.items())),
+    }
+
+
+def verify(path: Path, facts: dict[str, Any], quant: str) -> dict[str, Any]:
+    """Read the GGUF back and compare it with what the configs say; raise with every mismatch."""
+    with GgufFile(path) as f:
+        got = _read_back(f)
+        names = {t.name for t in f.tensors}
+        floats = sorted(t.name for t in f.tensors if len(t.dims) >= 2 and t.ggml_type.name in FLOAT_TYPES)
+    want = {
+        "architecture": "dflash",
+        "block_size": facts["block_size"],
+        "mask_token_id": facts["mask_token_id"],
+        "target_layers": [i + 1 for i in facts["target_layer_ids"]],  # upstream stores layer ids + 1
+        "hidden_size": facts["target_hidden_size"],
+        "block_count": facts["num_hidden_layers"],
+        "vocab_tokens": facts["target_vocab_size"],
+        "file_type": _file_type(quant),
+    }
+    problems = [f"{k}: expected {v!r}, found {got[k]!r}" for k, v in want.items() if got[k] != v]
+    if facts.get("target_mrope") and not got["rope_sections"]:
+        problems.append("rope.dimension_sections: missing (the target uses M-RoPE)")
+    need = expected_tensors(facts["num_hidden_layers"])
+    if need - names:
+        problems.append(f"missing tensors: {', '.join(sorted(need - names))}")
+    if names - need - set(OPTIONAL_TENSORS):
+        problems.append(f"unexpected tensors: {', '.join(sorted(names - need - set(OPTIONAL_TENSORS)))}")
+    if quant not in FLOAT_TYPES and floats:
+        problems.append(f"not quantized to {quant}: {', '.join(floats)}")
+    if problems:
+        raise BuunError(f"{path.name} failed verification:\n  " + "\n  ".join(problems),
+                        "the converter or the patches produced an unexpected file; see the convert log")
+    return got
+
+
+# --- provenance -----------------------------------------------------------------------------
+
+def _gguf_py_version(llama: Path) -> str | None:
+    m = re.search(r'^version\s*=\s*"([^"]+)"', (llama / "gguf-py" / "pyproject.toml").read_text(), re.M)
+    return m.group(1) if m else None
+
+
+def _llama_state() -> dict[str, Any]:
+    llama = vendor.require_vendored()
+    try:
+        source = build.source_state(llama)
+    except BuunError:
+        source = None
+    return {"pin": vendor.load_pin().commit, "source": source, "gguf_py": _gguf_py_version(llama)}
+
+
+def _quantize_build() -> dict[str, Any] | None:
+    binary = build.find_binary("llama-quantize")
+    for variant in build.VARIANTS:
+        if paths.build_dir(variant) / "bin" == binary.parent:
+            stamp = build.read_stamp(variant) or {}
+            return {"variant": variant, "source": stamp.get("source"), "pin": stamp.get("pin")}
+    return {"variant": None, "binary": str(binary)}
+
+
+def _sources(recipe: Recipe, models_dir: Path | None) -> dict[str, Any]:
+    out = {}
+    for role in ("drafter", "tokenizer"):
+        _, manifest = require_pulled(recipe, role, models_dir)
+        out[role] = {"repo": manifest["repo"], "revision": manifest["revision"], "commit": manifest["commit"],
+                     "files": {n: e["sha256"] for n, e in sorted(manifest["files"].items())}}
+    return out
+
+
+def conversion_inputs(recipe: Recipe, models_dir: Path | None, python: Path, outtype: str) -> dict[str, Any]:
+    """Everything that shapes the converter's output bytes."""
+    return {
+        "sources": _sources(recipe, models_dir),
+        "llama_cpp": _llama_state(),
+        "converter_env": _read_env_stamp(python.parent.parent),
+        "outtype": outtype,
+    }
+
+
+def inputs_of(recipe: Recipe, models_dir: Path | None, python: Path, outtype: str) -> dict[str, Any]:
+    """Everything that shapes the final GGUF; equal inputs mean the stage has nothing to do."""
+    return {
+        **conversion_inputs(recipe, models_dir, python, outtype),
+        "quantize": _quantize_build() if recipe.quantize not in FLOAT_TYPES else None,
+        "quant": recipe.quantize,
+    }
+
+
+# --- the stage ------------------------------------------------------------------------------
+
+@dataclass
+class ConvertResult:
+    gguf: str
+    intermediate: str | None
+    provenance: str
+    rebuilt: bool
+    seconds: float
+    verified: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _current(gguf: Path, inputs: dict[str, Any]) -> dict[str, Any] | None:
+    """The provenance record of `gguf` when the file is intact and was made from `inputs`."""
+    try:
+        record = json.loads(provenance_path(gguf).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    if record.get("inputs") != inputs or not gguf.is_file():
+        return None
+    out = record.get("output", {})
+    if gguf.stat().st_size != out.get("size") or sha256_file(gguf) != out.get("sha256"):
+        return None
+    return record
+
+
+def _record(gguf: Path, kind: str, inputs: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A provenance record. No timestamps or paths: equal inputs give an equal record."""
+    return {"buun_provenance": 1,
+            "output": {"file": gguf.name, "size": gguf.stat().st_size, "sha256": sha256_file(gguf), "type": kind},
+            **extra, "inputs": inputs}
+
+
+def _convert_to(lay: Layout, python: Path, final: Path, outtype: str, log: Path,
+                facts: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """Run the converter into a temporary name; verify it when `facts` are given (the file is
+    the final one); rename it into place only then."""
+    tmp = _partial(final)
+    try:
+        run_converter(python, lay.drafter_dir, lay.tokenizer_dir, tmp, outtype, log)
+        if not tmp.is_file():
+            raise BuunError(f"the converter finished but wrote no {tmp}", f"see {log}")
+        report = verify(tmp, facts, outtype) if facts is not None else None
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return report
+
+
+def _quantize_to(src: Path, final: Path, quant: str, facts: dict[str, Any], log: Path) -> dict[str, Any]:
+    tmp = _partial(final)
+    try:
+        run_quantize(src, tmp, quant, log)
+        report = verify(tmp, facts, quant)
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return report
+
+
+def _produce(lay: Layout, recipe: Recipe, facts: dict[str, Any], python: Path, inputs: dict[str, Any],
+             log: Path, force: bool) -> tuple[dict[str, Any], Path | None]:
+    """The GGUF(s): (verification report, intermediate file or None). A current intermediate
+    (same sources, converter and patches) is reused: a new quant type only re-quantizes."""
+    final, outtype = lay.drafter_gguf(), inputs["outtype"]
+    if recipe.quantize in FLOAT_TYPES:  # the converter writes the final type itself
+        console.step(f"converting {lay.drafter_dir.name} to {outtype} (log: {log})")
+        report = _convert_to(lay, python, final, outtype, log, facts)
+        assert report is not None
+        return report, None
+    intermediate = lay.drafter_gguf(outtype)
+    conv_inputs = {k: inputs[k] for k in ("sources", "llama_cpp", "converter_env", "outtype")}
+    if force or not _current(intermediate, conv_inputs):
+        console.step(f"converting {lay.drafter_dir.name} to {outtype} (log: {log})")
+        _convert_to(lay, python, intermediate, outtype, log)
+        write_json_atomic(provenance_path(intermediate), _record(intermediate, outtype, conv_inputs))
+    else:
+        console.ok(f"{intermediate.name} is current: only quantizing")
+    console.step(f"quantizing to {recipe.quantize}")
+    return _quantize_to(intermediate, final, recipe.quantize, facts, log), intermediate
+
+
+def convert(recipe: Recipe, models_dir: Path | None = None, force: bool = False,
+            keep_intermediate: bool = True) -> ConvertResult:
+    """F16/BF16 conversion + quantization + verification + provenance, as one idempotent stage."""
+    t0 = time.monotonic()
+    facts = drafter.check_folder(recipe, models_dir)
+    lay = layout(recipe, models_dir)
+    if recipe.quantize not in FLOAT_TYPES:
+        build.find_binary("llama-quantize")  # fail before the long conversion, not after
+    python = converter_python()
+    outtype = recipe.quantize if recipe.quantize in FLOAT_TYPES else intermediate_type(facts)
+    inputs = inputs_of(recipe, models_dir, python, outtype)
+    final = lay.drafter_gguf()
+    record = None if force else _current(final, inputs)
+    if record:
+        console.ok(f"{final.name} is up to date ({final})")
+        kept = record.get("intermediate")
+        return ConvertResult(str(final), str(lay.gguf_dir / kept) if kept else None, str(provenance_path(final)),
+                             False, 0.0, record["verified"])
+    lay.gguf_dir.mkdir(parents=True, exist_ok=True)
+    _clear_partials(lay.gguf_dir)
+    check_disk(lay, recipe)
+    log = _log_path(recipe)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    report, intermediate = _produce(lay, recipe, facts, python, inputs, log, force)
+    write_json_atomic(provenance_path(final), _record(
+        final, recipe.quantize, inputs, recipe={"name": recipe.name, "file": recipe.source.name},
+        intermediate=intermediate.name if intermediate else None,
+        converter={"script": "convert_hf_to_gguf.py",
+                   "args": ["--outtype", outtype.lower(), "--target-model-dir", "<the tokenizer folder>"]},
+        verified=report))
+    if intermediate and not keep_intermediate:
+        intermediate.unlink(missing_ok=True)
+        provenance_path(intermediate).unlink(missing_ok=True)
+    seconds = time.monotonic() - t0
+    console.ok(f"{final.name}: {report['tensor_count']} tensors, {_size(final)}, verified ({seconds:.0f} s)")
+    return ConvertResult(str(final), str(intermediate) if intermediate else None, str(provenance_path(final)),
+                         True, seconds, report)
+
+
+def _size(path: Path) -> str:
+    n = path.stat().st_size
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def require_converted(recipe: Recipe, models_dir: Path | None = None) -> Path:
+    """For later stages (serve): the verified drafter GGUF, or an error saying to convert."""
+    final = layout(recipe, models_dir).drafter_gguf()
+    if not final.is_file() or not provenance_path(final).is_file():
+        raise NotReadyError(f"the drafter GGUF {final} does not exist yet", f"run `buun convert {recipe.name}`")
+    return final

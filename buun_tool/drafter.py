@@ -1,0 +1,160 @@
+"""Stage: make the drafter folder complete, as the buun fork's guide has users do by hand.
+
+The z-lab drafter repos ship a config.json and weights but no tokenizer. This stage copies the
+target's tokenizer files from the tokenizer folder into the drafter folder, checks that every
+file the converter reads is there, and checks the two configs against each other (hidden
+sizes, tapped layers, mask token) so a mismatched pair fails here with a clear message instead
+of deep inside the converter. It never overwrites the drafter's own config.json or weights:
+the target's config.json stays in the tokenizer folder, which is what `--target-model-dir`
+points the converter at.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from buun_tool import console
+from buun_tool.errors import BuunError, NotReadyError, UsageError
+from buun_tool.pull import layout, require_pulled
+from buun_tool.recipes import Recipe
+
+DRAFTER_ARCHITECTURES = ("DFlashDraftModel", "DFlash2DraftModel")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+
+
+@dataclass
+class DrafterFolder:
+    folder: str
+    tokenizer_folder: str
+    copied: list[str]
+    already_there: list[str]
+    facts: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A multimodal config keeps the language model's settings under text_config."""
+    return {**cfg, **cfg.get("text_config", {})}
+
+
+def read_config(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise BuunError(f"{what} {path} is missing", "run `buun pull` again") from None
+    except json.JSONDecodeError as exc:
+        raise BuunError(f"{what} {path} is not valid JSON: {exc}", "delete it and run `buun pull` again") from None
+    if not isinstance(data, dict):
+        raise BuunError(f"{what} {path} is not a JSON object")
+    return data
+
+
+def drafter_facts(drafter_cfg: dict[str, Any], target_cfg: dict[str, Any]) -> dict[str, Any]:
+    """What the converted GGUF must say, read from the two configs."""
+    dflash = drafter_cfg.get("dflash_config") or {}
+    target = text_config(target_cfg)
+    rope = target.get("rope_parameters") or target.get("rope_scaling") or {}
+    return {
+        "architecture": (drafter_cfg.get("architectures") or [None])[0],
+        "hidden_size": drafter_cfg.get("hidden_size"),
+        "num_hidden_layers": drafter_cfg.get("num_hidden_layers"),
+        "head_dim": drafter_cfg.get("head_dim")
+        or (drafter_cfg.get("hidden_size") or 0) // max(1, drafter_cfg.get("num_attention_heads") or 1),
+        "block_size": dflash.get("block_size", drafter_cfg.get("block_size", 16)),
+        "mask_token_id": dflash.get("mask_token_id"),
+        "target_layer_ids": list(dflash.get("target_layer_ids", drafter_cfg.get("target_layer_ids", []))),
+        "target_hidden_size": target.get("hidden_size"),
+        "target_num_layers": target.get("num_hidden_layers"),
+        "target_vocab_size": target.get("vocab_size"),
+        "target_mrope": "mrope_section" in rope,
+        "dtype": drafter_cfg.get("dtype") or drafter_cfg.get("torch_dtype"),
+    }
+
+
+def check_pair(facts: dict[str, Any], recipe: Recipe, drafter_cfg_path: Path, target_cfg_path: Path) -> None:
+    """The drafter must fit the target (and the recipe's expectations); every problem at once."""
+    problems = []
+    if facts["architecture"] not in DRAFTER_ARCHITECTURES:
+        problems.append(f"{drafter_cfg_path}: architectures[0] is {facts['architecture']!r}, "
+                        f"not a DFlash drafter ({', '.join(DRAFTER_ARCHITECTURES)})")
+    if facts["hidden_size"] != facts["target_hidden_size"]:
+        problems.append(f"hidden sizes differ: drafter {facts['hidden_size']} ({drafter_cfg_path}), "
+                        f"target {facts['target_hidden_size']} ({target_cfg_path})")
+    n_target = facts["target_num_layers"] or 0
+    ids = facts["target_layer_ids"]
+    if not ids or not all(isinstance(i, int) and 0 <= i < n_target for i in ids):
+        problems.append(f"dflash_config.target_layer_ids {ids} are not layers of the {n_target}-layer target")
+    vocab = facts["target_vocab_size"] or 0
+    if not isinstance(facts["mask_token_id"], int) or not 0 <= facts["mask_token_id"] < vocab:
+        problems.append(f"dflash_config.mask_token_id {facts['mask_token_id']!r} is not a token of the "
+                        f"{vocab}-token vocabulary")
+    expect = recipe.expect
+    for key, got in (("block_size", facts["block_size"]), ("mask_token_id", facts["mask_token_id"]),
+                     ("target_layer_ids", ids), ("hidden_size", facts["hidden_size"])):
+        if key in expect and expect[key] != got:
+            problems.append(f"{recipe.source}: expect.{key} is {expect[key]!r} but the drafter has {got!r}")
+    if problems:
+        raise UsageError("the drafter does not fit the target:\n  " + "\n  ".join(problems),
+                         "check the recipe's drafter/tokenizer repos and revisions")
+
+
+def _copy_if_changed(src: Path, dst: Path) -> bool:
+    """Copy through a temporary name (a reader never sees half a file); False when equal."""
+    if dst.is_file() and filecmp.cmp(src, dst, shallow=False):
+        return False
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+    return True
+
+
+def tokenizer_files(recipe: Recipe) -> tuple[str, ...]:
+    """The files to copy; refuses any that would replace the drafter's own config or weights."""
+    own = set(recipe.drafter.files)
+    bad = [f for f in recipe.tokenizer.files
+           if f in own or f == "config.json" or f.endswith(WEIGHT_SUFFIXES)]
+    if bad:
+        raise UsageError(f"{recipe.source}: tokenizer.files lists {', '.join(bad)}, which would overwrite the "
+                         "drafter's own config or weights",
+                         "list only tokenizer files there; the target's config goes in tokenizer.target_config")
+    return recipe.tokenizer.files
+
+
+def prepare(recipe: Recipe, models_dir: Path | None = None) -> DrafterFolder:
+    """Copy the tokenizer files into the drafter folder and check the folder is complete."""
+    names = tokenizer_files(recipe)
+    drafter_dir, _ = require_pulled(recipe, "drafter", models_dir)
+    tok_dir, _ = require_pulled(recipe, "tokenizer", models_dir)
+    copied, same = [], []
+    for name in names:
+        (copied if _copy_if_changed(tok_dir / name, drafter_dir / name) else same).append(name)
+    facts = check_folder(recipe, models_dir)
+    console.ok(f"drafter folder ready: {drafter_dir}"
+               + (f" (copied {', '.join(copied)})" if copied else " (tokenizer files already there)"))
+    return DrafterFolder(str(drafter_dir), str(tok_dir), copied, same, facts)
+
+
+def check_folder(recipe: Recipe, models_dir: Path | None = None) -> dict[str, Any]:
+    """For `convert`: every file present and the pair consistent; returns the drafter facts."""
+    lay = layout(recipe, models_dir)
+    need = [lay.drafter_dir / f for f in (*recipe.drafter.files, *recipe.tokenizer.files)]
+    need.append(lay.tokenizer_dir / recipe.target_config)
+    need += [lay.tokenizer_dir / f for f in recipe.tokenizer.files]
+    missing = [str(p) for p in need if not p.is_file()]
+    if missing:
+        raise NotReadyError("the drafter folder is incomplete, missing:\n  " + "\n  ".join(missing),
+                            f"run `buun pull {recipe.name}` and `buun drafter {recipe.name}`")
+    drafter_cfg_path = lay.drafter_dir / "config.json"
+    target_cfg_path = lay.tokenizer_dir / recipe.target_config
+    facts = drafter_facts(read_config(drafter_cfg_path, "the drafter config"),
+                          read_config(target_cfg_path, "the target config"))
+    check_pair(facts, recipe, drafter_cfg_path, target_cfg_path)
+    return facts

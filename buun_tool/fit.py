@@ -1,0 +1,436 @@
+"""The VRAM fit planner: GPU memory of a target + DFlash drafter server, by component.
+
+    predict(recipe, FitFlags(ctx=6048, draft_max=15)) -> Prediction
+    max_context(recipe, flags, gpu_gib)               -> the largest -c that fits
+    measure(recipe, flags)                            -> what the real llama-server allocates
+
+What llama-server allocates on the GPU with every layer offloaded (-ngl 99 -ngld 99, flash
+attention on), following the pinned upstream's allocations:
+
+- weights: every tensor but token_embd, which llama.cpp keeps in host memory; the drafter
+  borrows the target's embeddings and lm_head. From the GGUFs when present, else from the
+  recipe geometry and the quant types (the exact tensor list `buun synth` writes).
+- KV cache of the full-attention layers only: pad256(ctx) cells x K and V rows, by cache type.
+- recurrent state of the Gated DeltaNet layers, f32: the delta-net state (state_size x
+  value_dim) and the conv window ((kernel - 1) x conv_dim), in 1 + n_rs_seq planes per
+  sequence, n_rs_seq being the unclamped --spec-draft-n-max (upstream's snapshot rollback).
+- the drafter's KV cache at its own context (-cd) or the target's.
+- compute buffers: formulas fitted to llama-server's reported sizes (CPU build, full and tiny
+  synthetic models, several ubatch, context and n_max values; see _target_compute).
+- the CUDA context, cuBLAS and pool workspaces: calibrated on an H200 with the pinned upstream
+  (nvidia-smi after load: 16.3 GiB AR, 19.7 GiB DFlash at -c 6048 -np 1, n_max 15).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import gguf
+
+from buun_tool import build, console, synth
+from buun_tool.errors import UsageError
+
+MIB = 2**20
+GIB = 2**30
+CELL_PAD = 256  # llama_context pads n_ctx (and n_ctx_seq) to a multiple of 256
+# bytes per element of each KV cache type (block bytes / block size)
+KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,
+                 "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32}
+# Calibration (H200, CUDA 12, pinned upstream): what nvidia-smi showed beyond llama.cpp's own
+# buffers as predicted here, for the process and for the extra draft context. The readings were
+# given to 0.1 GiB, so each is good to about +-50 MiB.
+CUDA_CONTEXT_MIB = 936
+DRAFT_CONTEXT_MIB = 145
+
+
+@dataclass(frozen=True)
+class FitFlags:
+    """The llama-server settings that decide memory (upstream names in comments)."""
+
+    ctx: int = 6048  # -c
+    n_parallel: int = 1  # -np
+    cache_type_k: str = "f16"  # -ctk
+    cache_type_v: str = "f16"  # -ctv
+    draft_max: int = 15  # --spec-draft-n-max; 0 = autoregressive, no drafter
+    draft_ctx: int | None = None  # -cd; None = the target's context
+    draft_cache_type: str = "f16"  # -ctkd / -ctvd
+    batch: int = 256  # -b
+    ubatch: int = 64  # -ub
+
+    @property
+    def spec(self) -> bool:
+        return self.draft_max > 0
+
+    def describe(self) -> str:
+        kv = self.cache_type_k if self.cache_type_k == self.cache_type_v else f"{self.cache_type_k}/{self.cache_type_v}"
+        text = f"-c {self.ctx} -np {self.n_parallel} KV {kv} -b {self.batch} -ub {self.ubatch}"
+        if self.spec:
+            text += f", DFlash n_max {self.draft_max}, draft ctx {self.draft_ctx or self.ctx}"
+        return text + ("" if self.spec else ", AR (no drafter)")
+
+
+def _int_flag(flags: dict[str, Any], *names: str) -> int | None:
+    for n in names:
+        if n in flags and flags[n] is not True:
+            return int(flags[n])
+    return None
+
+
+def flags_from_recipe(recipe: Any) -> FitFlags:
+    """The memory-relevant settings of the recipe's server flags (fork or upstream spelling)."""
+    f = recipe.server_flags
+    base = FitFlags()
+    ctk = str(f.get("-ctk", f.get("--cache-type-k", base.cache_type_k)))
+    return FitFlags(
+        ctx=_int_flag(f, "-c", "--ctx-size") or base.ctx,
+        n_parallel=_int_flag(f, "-np", "--parallel") or base.n_parallel,
+        cache_type_k=ctk,
+        cache_type_v=str(f.get("-ctv", f.get("--cache-type-v", ctk))),
+        draft_max=_int_flag(f, "--spec-draft-n-max", "--draft-max") or base.draft_max,
+        draft_ctx=_int_flag(f, "-cd", "--ctx-size-draft"),
+        batch=_int_flag(f, "-b", "--batch-size") or base.batch,
+        ubatch=_int_flag(f, "-ub", "--ubatch-size") or base.ubatch,
+    )
+
+
+# --- weights ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Weights:
+    target_gpu: int
+    target_host: int  # token_embd stays in host memory
+    drafter_gpu: int
+    source: str
+
+
+def _split(tensors: list[tuple[str, int]]) -> tuple[int, int]:
+    host = sum(n for name, n in tensors if name == "token_embd.weight")
+    return sum(n for _, n in tensors) - host, host
+
+
+def weights_from_plan(recipe: Any, scale: str, target_type: str, draft_type: str) -> Weights:
+    pair = synth.plan_pair(recipe, scale, target_type, draft_type)
+    tgpu, thost = _split([(t.name, t.nbytes) for t in pair.target.tensors])
+    dgpu, _ = _split([(t.name, t.nbytes) for t in pair.drafter.tensors])
+    return Weights(tgpu, thost, dgpu, f"geometry ({scale}) x {target_type} / {draft_type}")
+
+
+def _gguf_tensors(path: Path) -> list[tuple[str, int]]:
+    reader = gguf.GGUFReader(path)
+    return [(t.name, int(t.n_bytes)) for t in reader.tensors]
+
+
+def default_weights(recipe: Any, target_type: str | None = None, draft_type: str = "q4_k") -> Weights:
+    """The pulled GGUFs' tensors when both are on disk, else the recipe geometry at its quant."""
+    from buun_tool import pull
+
+    lay = pull.layout(recipe)
+    drafter = lay.drafter_gguf()
+    if target_type is None and lay.target_gguf.is_file() and drafter.is_file():
+        return weights_from_files(lay.target_gguf, drafter)
+    quant = (target_type or recipe.quantize).lower()
+    return weights_from_plan(recipe, "full", quant if quant in synth.TARGET_TYPES else "q4_k_m", draft_type)
+
+
+def weights_from_files(target: Path, drafter: Path | None) -> Weights:
+    tgpu, thost = _split(_gguf_tensors(target))
+    dgpu = _split(_gguf_tensors(drafter))[0] if drafter else 0
+    names = target.name + (f" + {drafter.name}" if drafter else "")
+    return Weights(tgpu, thost, dgpu, f"GGUF files ({names})")
+
+
+# --- the other components --------------------------------------------------------------------
+
+def _pad(n: int) -> int:
+    return -(-n // CELL_PAD) * CELL_PAD
+
+
+def cells(ctx: int, n_parallel: int) -> int:
+    """KV cells llama.cpp allocates: n_ctx padded to 256, split per sequence, each share padded again."""
+    return _pad(_pad(ctx) // n_parallel) * n_parallel
+
+
+def kv_type_bytes(name: str) -> float:
+    if name not in KV_TYPE_BYTES:
+        raise UsageError(f"unknown KV cache type {name!r}", f"valid: {', '.join(KV_TYPE_BYTES)}")
+    return KV_TYPE_BYTES[name]
+
+
+def target_kv(t: synth.TargetGeometry, f: FitFlags) -> int:
+    row = t.num_key_value_heads * t.head_dim
+    per_cell = row * (kv_type_bytes(f.cache_type_k) + kv_type_bytes(f.cache_type_v))
+    return int(t.n_full_attention * cells(f.ctx, f.n_parallel) * per_cell)
+
+
+def recurrent_plane(t: synth.TargetGeometry) -> int:
+    """One sequence's f32 recurrent state over all delta-net layers: conv window + delta state."""
+    conv = (t.linear_conv_kernel_dim - 1) * t.conv_dim
+    state = t.linear_key_head_dim * t.value_dim
+    return (t.num_hidden_layers - t.n_full_attention) * (conv + state) * 4
+
+
+def recurrent(t: synth.TargetGeometry, f: FitFlags) -> int:
+    planes = 1 + (f.draft_max if f.spec else 0)
+    return f.n_parallel * planes * recurrent_plane(t)
+
+
+def draft_cells(f: FitFlags) -> int:
+    """The drafter's KV cells: the target's, or with -cd N a sliding-window cache of
+    pad256(min(cells, N + ubatch)) per sequence (llama_kv_cache_iswa)."""
+    full = cells(f.ctx, f.n_parallel)
+    if not f.draft_ctx:
+        return full
+    per_seq = full // f.n_parallel
+    return _pad(min(per_seq, f.draft_ctx + min(f.ubatch, f.batch))) * f.n_parallel
+
+
+def drafter_kv(d: synth.DrafterGeometry, f: FitFlags) -> int:
+    if not f.spec:
+        return 0
+    row = d.num_key_value_heads * d.head_dim
+    return int(d.num_hidden_layers * draft_cells(f) * row * 2 * kv_type_bytes(f.draft_cache_type))
+
+
+def _target_compute(t: synth.TargetGeometry, f: FitFlags) -> int:
+    """Peak of the target's graph. Fitted to llama-server's CPU compute buffers (full scale:
+    AR 17.25 / 138.0 MiB at -ub 64 / 512, DFlash n_max 4/8/15 at -ub 64: 29.2 / 41.2 / 62.2 MiB;
+    tiny scale likewise, within ~15%): per ubatch token about 4 f32 rows of the FFN width (or
+    ~6 of the delta-net value width), one delta-net state per layer for each rollback plane the
+    graph writes, or the logits of the verified block, whichever is larger; plus the f16 KQ mask."""
+    ub = min(f.ubatch, f.batch)
+    per_token = 4 * max(4 * t.intermediate_size, int(5.67 * t.value_dim))
+    n_rs = f.draft_max if f.spec else 0
+    states = n_rs * t.linear_key_head_dim * t.value_dim * 4
+    logits = (f.draft_max + 1 if f.spec else 1) * f.n_parallel * t.vocab_size * 4
+    mask = ub * cells(f.ctx, f.n_parallel) * 2
+    return max(ub * per_token + states, logits) + mask
+
+
+def _drafter_compute(t: synth.TargetGeometry, d: synth.DrafterGeometry, f: FitFlags) -> int:
+    """The drafter's graph holds logits and a hidden row for a whole ubatch, ub x (vocab + hidden)
+    f32, and is reserved again with the on-device top-k sampler, which doubles it (CPU build:
+    123.45 MiB full scale, 122.26 MiB tiny, at -ub 64)."""
+    if not f.spec:
+        return 0
+    return 2 * min(f.ubatch, f.batch) * (t.vocab_size + d.hidden_size) * 4
+
+
+# --- prediction ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Component:
+    key: str
+    label: str
+    bytes: int
+    detail: str
+
+
+@dataclass
+class Prediction:
+    flags: FitFlags
+    components: list[Component]
+    weights_source: str
+    cuda: bool = True
+
+    @property
+    def total(self) -> int:
+        return sum(c.bytes for c in self.components)
+
+    def get(self, key: str) -> int:
+        return sum(c.bytes for c in self.components if c.key == key)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"flags": asdict(self.flags), "weights_source": self.weights_source, "total_bytes": self.total,
+                "total_gib": self.total / GIB, "components": [asdict(c) for c in self.components]}
+
+
+def predict(recipe: Any, flags: FitFlags, scale: str = "full", weights: Weights | None = None,
+            cuda: bool = True) -> Prediction:
+    """GPU memory by component. cuda=False predicts a CPU build's buffers instead: the same ones,
+    token_embd included in the weights, no CUDA overhead."""
+    t, d = synth.geometry(recipe, scale)
+    w = weights or weights_from_plan(recipe, scale, "q4_k_m", "q4_k")
+    f = flags
+    n_cells = cells(f.ctx, f.n_parallel)
+    planes = 1 + (f.draft_max if f.spec else 0)
+    weights_detail = "all tensors but token_embd (host)" if cuda else "all tensors (CPU build)"
+    comps = [
+        Component("target_weights", "target weights", w.target_gpu + (0 if cuda else w.target_host), weights_detail),
+        Component("target_kv", "target KV cache", target_kv(t, f),
+                  f"{t.n_full_attention} full-attention layers x {n_cells} cells, "
+                  f"K {f.cache_type_k} V {f.cache_type_v}"),
+        Component("recurrent", "recurrent state", recurrent(t, f),
+                  f"{planes} plane(s) x {recurrent_plane(t) / MIB:.1f} MiB (delta-net + conv, f32)"),
+        Component("target_compute", "target compute buffer", _target_compute(t, f), f"-ub {f.ubatch}"),
+    ]
+    if f.spec:
+        dc = draft_cells(f)
+        comps += [
+            Component("drafter_weights", "drafter weights", w.drafter_gpu, "shares the target's embeddings and head"),
+            Component("drafter_kv", "drafter KV cache", drafter_kv(d, f),
+                      f"{d.num_hidden_layers} layers x {dc} cells, {f.draft_cache_type}"
+                      + (f" (-cd {f.draft_ctx} window)" if f.draft_ctx else "")),
+            Component("drafter_compute", "drafter compute buffer", _drafter_compute(t, d, f),
+                      f"-ub {f.ubatch} x vocab logits"),
+        ]
+    if cuda:
+        overhead = (CUDA_CONTEXT_MIB + (DRAFT_CONTEXT_MIB if f.spec else 0)) * MIB
+        comps.append(Component("cuda_overhead", "CUDA context + workspaces", overhead, "calibrated (H200)"))
+    return Prediction(f, comps, w.source, cuda)
+
+
+def fits(p: Prediction, gpu_gib: float, margin_gib: float) -> bool:
+    return p.total + margin_gib * GIB <= gpu_gib * GIB
+
+
+def max_context(recipe: Any, flags: FitFlags, gpu_gib: float, margin_gib: float = 0.25, scale: str = "full",
+                weights: Weights | None = None) -> int:
+    """The largest -c (a multiple of 256, up to the trained context) that fits; 0 if none does.
+    A draft context of its own (-cd) stays fixed; otherwise it follows -c."""
+    t, _ = synth.geometry(recipe, scale)
+    weights = weights or weights_from_plan(recipe, scale, "q4_k_m", "q4_k")
+    lo, hi = 0, t.max_position_embeddings // CELL_PAD
+    while lo < hi:  # memory grows with the context: binary search on multiples of 256
+        mid = (lo + hi + 1) // 2
+        p = predict(recipe, replace(flags, ctx=mid * CELL_PAD), scale, weights)
+        lo, hi = (mid, hi) if fits(p, gpu_gib, margin_gib) else (lo, mid - 1)
+    return lo * CELL_PAD
+
+
+@dataclass
+class Knob:
+    change: str
+    flags: FitFlags
+    total_bytes: int
+    max_ctx: int
+
+
+def knobs(recipe: Any, flags: FitFlags, gpu_gib: float, margin_gib: float, scale: str = "full",
+          weights: Weights | None = None) -> list[Knob]:
+    """The configured flags and the usual ways to trade memory: KV cache type, draft length, AR."""
+    weights = weights or weights_from_plan(recipe, scale, "q4_k_m", "q4_k")
+    options = [("as configured", flags)]
+    for kv in ("q8_0", "q4_0"):
+        if flags.cache_type_k != kv:
+            options.append((f"KV cache {kv} (-ctk {kv} -ctv {kv})", replace(flags, cache_type_k=kv, cache_type_v=kv)))
+    for n in (8, 4):
+        if flags.spec and flags.draft_max > n:
+            options.append((f"draft length {n} (--spec-draft-n-max {n})", replace(flags, draft_max=n)))
+    if flags.spec:
+        options.append(("no drafter (AR)", replace(flags, draft_max=0)))
+    out = []
+    for change, f in options:
+        total = predict(recipe, f, scale, weights).total
+        out.append(Knob(change, f, total, max_context(recipe, f, gpu_gib, margin_gib, scale, weights)))
+    return out
+
+
+# --- measurement -----------------------------------------------------------------------------
+
+_BUFFER = re.compile(r"\s(\S+)\s+(model|KV|RS|compute|output) buffer size =\s*([\d.]+) MiB")
+
+
+def parse_buffers(log: str) -> list[dict[str, dict[str, float]]]:
+    """llama.cpp's buffer lines, one section per loaded model (target first, then the drafter):
+    [{"model": {"CUDA0": MiB, ...}, "KV": {...}, "RS": {...}, "compute": {...}, "output": {...}}]."""
+    sections: list[dict[str, dict[str, float]]] = []
+    in_context = True
+    for line in log.splitlines():
+        m = _BUFFER.search(line)
+        if not m:
+            continue
+        device, kind, mib = m.group(1), m.group(2), float(m.group(3))
+        if kind == "model" and in_context:
+            sections.append({})
+            in_context = False
+        elif kind != "model":
+            in_context = True
+        if not sections:
+            sections.append({})
+        bucket = sections[-1].setdefault(kind, {})
+        # a compute buffer reserved again grows in place: the last (largest) size is the one held
+        bucket[device] = max(bucket.get(device, 0.0), mib) if kind == "compute" else bucket.get(device, 0.0) + mib
+    return sections
+
+
+def is_gpu_buffer(device: str) -> bool:
+    return not (device.startswith("CPU") or device.endswith("_Host"))
+
+
+@dataclass
+class Measurement:
+    flags: FitFlags
+    scale: str
+    command: list[str]
+    sections: list[dict[str, dict[str, float]]]
+    gpu_used_mib: int | None  # nvidia-smi after load, minus before
+    log_path: str
+    components: dict[str, float] = field(default_factory=dict)  # MiB by prediction key
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _component_mib(sections: list[dict[str, dict[str, float]]], gpu: bool) -> dict[str, float]:
+    """The measured buffers under the prediction's keys (GPU buffers only when there is a GPU)."""
+    def total(section: dict[str, dict[str, float]], kind: str) -> float:
+        return sum(v for dev, v in section.get(kind, {}).items() if is_gpu_buffer(dev) or not gpu)
+
+    out: dict[str, float] = {}
+    names = (("target", ("weights", "model"), ("kv", "KV"), ("recurrent", "RS"), ("compute", "compute")),
+             ("drafter", ("weights", "model"), ("kv", "KV"), ("compute", "compute")))
+    for section, (role, *kinds) in zip(sections, names, strict=False):
+        for key, kind in kinds:
+            out["recurrent" if key == "recurrent" else f"{role}_{key}"] = total(section, kind)
+    return out
+
+
+def measure_argv(binary: Path, target: Path, drafter: Path | None, f: FitFlags, port: int, cpu_only: bool) -> list[str]:
+    """llama-server with the planner's flags, verbose enough (-lv 4) to print every buffer."""
+    argv = [str(binary), "-m", str(target), "--host", "127.0.0.1", "--port", str(port), "-c", str(f.ctx),
+            "-np", str(f.n_parallel), "-ngl", "99", "-fa", "on", "-ctk", f.cache_type_k, "-ctv", f.cache_type_v,
+            "-b", str(f.batch), "-ub", str(f.ubatch), "--fit", "off", "--no-warmup", "-lv", "4", "--no-webui"]
+    if cpu_only:
+        # weights in one mapped buffer (no repacked copy), and no AMX repack kernels, which fault on some VMs
+        argv.append("--no-repack")
+    if f.spec and drafter is not None:
+        argv += ["-md", str(drafter), "-ngld", "99", "--spec-type", "draft-dflash",
+                 "--spec-draft-n-max", str(f.draft_max), "-ctkd", f.draft_cache_type, "-ctvd", f.draft_cache_type]
+        if f.draft_ctx:
+            argv += ["-cd", str(f.draft_ctx)]
+    return argv
+
+
+def supports_flag(binary: Path, flag: str) -> bool:
+    """Whether this llama-server knows a flag (the pinned upstream has no -cd; buun's patch adds it)."""
+    import subprocess
+
+    out = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60)
+    return re.search(rf"(^|[\s,]){re.escape(flag)}[\s,]", out.stdout + out.stderr, re.M) is not None
+
+
+def measure(recipe: Any, flags: FitFlags, models_dir: Path, log_dir: Path, scale: str | None = None,
+            load_timeout: float = 600.0) -> Measurement:
+    """Load the recipe's synthetic pair in the real llama-server with these flags; read its
+    buffer sizes and (with a GPU) nvidia-smi's used memory."""
+    from buun_tool import bench
+
+    gpu = bool(build.detect_gpus())
+    scale = scale or ("full" if gpu else "tiny")
+    binary = build.find_binary("llama-server")
+    if flags.spec and flags.draft_ctx and not supports_flag(binary, "-cd"):
+        console.warn("this llama-server has no -cd: the drafter is measured at the target's context")
+        flags = replace(flags, draft_ctx=None)
+    target, drafter = synth.write_pair(recipe, models_dir, scale=scale)
+    port = bench.free_port()
+    argv = measure_argv(binary, target, drafter, flags, port, cpu_only=not gpu)
+    log = log_dir / f"fit-measure-{scale}.log"
+    before = bench.GpuMemorySampler.used_mib() if gpu else None
+    with bench.LocalServer(argv, log, port, load_timeout):
+        after = bench.GpuMemorySampler.used_mib() if gpu else None
+    sections = parse_buffers(log.read_text(errors="replace"))
+    used = after - before if after is not None and before is not None else None
+    return Measurement(flags, scale, argv, sections, used, str(log), _component_mib(sections, gpu))

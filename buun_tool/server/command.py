@@ -1,0 +1,233 @@
+"""The llama-server command line, built from small pure functions.
+
+A flag is a (name, value) pair; value None is a bare switch. The recipe gives an ordered list,
+the user overrides it (extra args after `--`) or drops entries (`--drop FLAG`), and buun adds
+what it must know itself: -m, -md, --host, --port and --metrics. Flags are compared by their
+canonical spelling, so `-c 4096` replaces a recipe's `--ctx-size`, and `--no-X` replaces `--X`.
+The API key never enters the argv: it goes to llama-server through LLAMA_API_KEY, so it is not
+visible in `ps`, in the state file, in logs or in --print-cmd.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from buun_tool.errors import UsageError
+
+Flag = tuple[str, str | None]
+
+# Spellings of one llama-server option; the first is the canonical one. Upstream's names and the
+# fork's (which the recipe uses) are listed together, so an override in either spelling replaces
+# the recipe's flag, before and after the compatibility patch.
+ALIAS_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("-m", "--model"),
+    ("-md", "--model-draft", "--spec-draft-model"),
+    ("-c", "--ctx-size"),
+    ("-cd", "--ctx-size-draft", "--spec-draft-ctx-size"),
+    ("-ngl", "--gpu-layers", "--n-gpu-layers"),
+    ("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "--spec-draft-ngl"),
+    ("-np", "--parallel"),
+    ("-fa", "--flash-attn"),
+    ("-b", "--batch-size"),
+    ("-ub", "--ubatch-size"),
+    ("-ctk", "--cache-type-k"),
+    ("-ctv", "--cache-type-v"),
+    ("-ctkd", "--cache-type-k-draft", "--spec-draft-type-k"),
+    ("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v"),
+    ("-t", "--threads"),
+    ("-tb", "--threads-batch"),
+    ("-td", "--threads-draft", "--spec-draft-threads"),
+    ("-tbd", "--threads-batch-draft", "--spec-draft-threads-batch"),
+    ("--draft-max", "--draft", "--draft-n", "--spec-draft-n-max"),
+    ("--draft-min", "--draft-n-min", "--spec-draft-n-min"),
+    ("--draft-p-min", "--spec-draft-p-min"),
+    ("-dev", "--device"),
+    ("-devd", "--device-draft", "--spec-draft-device"),
+    ("-ts", "--tensor-split"),
+    ("-sm", "--split-mode"),
+    ("-mg", "--main-gpu"),
+    ("-ot", "--override-tensor"),
+    ("-otd", "--override-tensor-draft", "--spec-draft-override-tensor"),
+    ("-a", "--alias"),
+    ("-to", "--timeout"),
+    ("-n", "--predict", "--n-predict"),
+    ("-s", "--seed"),
+    ("--temp", "--temperature"),
+    ("-kvu", "--kv-unified"),
+    ("-kvo", "--kv-offload"),
+    ("-cb", "--cont-batching"),
+    ("-cram", "--cache-ram"),
+    ("-v", "--verbose", "--log-verbose"),
+    ("-lv", "--verbosity", "--log-verbosity"),
+    ("--ui", "--webui"),
+    ("-hft", "--hf-token"),
+)
+# Negative switches whose spelling is not simply --no-<positive>.
+NEGATIONS: Mapping[str, str] = {
+    "-nkvo": "-kvo", "-nocb": "-cb", "-no-kvu": "-kvu", "--no-webui": "--ui",
+}
+_CANONICAL = {spelling: group[0] for group in ALIAS_GROUPS for spelling in group}
+
+# Flags buun sets itself: the supervisor must know the address it probes and the files it checks.
+MANAGED = {"-m": "--model", "-md": "--draft", "--host": "--host", "--port": "--port"}
+ALWAYS_ON = ("--metrics",)  # `buun status` reads /metrics
+SECRET_FLAGS = ("--api-key", "-hft")
+MASK = "****"
+API_KEY_ENV = "LLAMA_API_KEY"  # llama-server's own variable for --api-key
+
+
+def canonical(flag: str) -> str:
+    """The one spelling an option is compared by: `--ctx-size` -> `-c`, `--no-mmap` -> `--mmap`."""
+    if flag.startswith("--"):
+        flag = "--" + flag[2:].replace("_", "-")  # llama-server accepts both in long flags
+    if flag in NEGATIONS:
+        return _CANONICAL.get(NEGATIONS[flag], NEGATIONS[flag])
+    if flag.startswith("--no-") and flag not in _CANONICAL:
+        positive = "--" + flag[5:]
+        return _CANONICAL.get(positive, positive)
+    return _CANONICAL.get(flag, flag)
+
+
+def _looks_like_flag(token: str) -> bool:
+    return token.startswith("-") and not re.fullmatch(r"-\d[\d.eE+-]*", token)
+
+
+def parse_args(args: Sequence[str]) -> list[Flag]:
+    """Extra args (`-c 4096 --jinja --spec-type=draft-dflash`) as flags: a token that is not a flag
+    is the value of the one before it; `--flag=value` is split (llama-server wants them apart)."""
+    flags: list[Flag] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if not _looks_like_flag(token):
+            raise UsageError(f"unexpected argument {token!r} for llama-server",
+                             "extra llama-server arguments are flags, each followed by its value if it takes one")
+        if token.startswith("--") and "=" in token:
+            name, value = token.split("=", 1)
+            flags.append((name, value))
+            i += 1
+        elif i + 1 < len(args) and not _looks_like_flag(args[i + 1]):
+            flags.append((token, args[i + 1]))
+            i += 2
+        else:
+            flags.append((token, None))
+            i += 1
+    return flags
+
+
+def recipe_flags(server_flags: Mapping[str, Any]) -> list[Flag]:
+    """A recipe's `server.flags` mapping in order: `true` is a bare switch, `false` leaves it out."""
+    out: list[Flag] = []
+    for name, value in server_flags.items():
+        if value is True:
+            out.append((name, None))
+        elif value is not False and value is not None:
+            out.append((name, str(value)))
+    return out
+
+
+def merge(base: Sequence[Flag], overrides: Sequence[Flag], drops: Iterable[str] = ()) -> list[Flag]:
+    """Recipe flags with the user's changes: a dropped flag goes; an override takes the place of
+    the recipe's flag of the same option (all its spellings); new flags come last, in order."""
+    dropped = {canonical(d) for d in drops}
+    overridden = {canonical(name) for name, _ in overrides}
+    placed: set[str] = set()
+    out: list[Flag] = []
+    for name, value in base:
+        key = canonical(name)
+        if key in overridden:
+            if key not in placed:
+                out.extend(f for f in overrides if canonical(f[0]) == key)
+                placed.add(key)
+        elif key not in dropped:
+            out.append((name, value))
+    out.extend(f for f in overrides if canonical(f[0]) not in placed)
+    return out
+
+
+def check_unmanaged(flags: Sequence[Flag], source: str) -> None:
+    """Refuse flags buun sets itself; say which buun option to use instead."""
+    for name, _ in flags:
+        key = canonical(name)
+        if key in MANAGED:
+            raise UsageError(f"{name} (in {source}) is set by buun itself",
+                             f"use `buun serve {MANAGED[key]} ...` instead")
+
+
+def check_drops(drops: Iterable[str]) -> None:
+    for d in drops:
+        if not d.startswith("-"):
+            raise UsageError(f"--drop {d!r}: expected a llama-server flag such as -cd or --draft-max")
+        if canonical(d) in ALWAYS_ON or canonical(d) in MANAGED:
+            raise UsageError(f"--drop {d}: buun always sets it", "buun status reads /metrics; "
+                             "-m, -md, --host and --port come from buun's own options")
+
+
+def take_secret(flags: Sequence[Flag]) -> tuple[list[Flag], str | None]:
+    """Pull `--api-key` out of the flags; its value is passed through the environment instead."""
+    key = None
+    rest: list[Flag] = []
+    for name, value in flags:
+        if canonical(name) == "--api-key":
+            key = value
+        else:
+            rest.append((name, value))
+    return rest, key
+
+
+def server_argv(binary: str, target: str, draft: str, host: str, port: int, flags: Sequence[Flag]) -> list[str]:
+    """The full argv: models first, then the recipe/user flags, then the address and --metrics."""
+    argv = [binary, "-m", target, "-md", draft]
+    for name, value in flags:
+        argv += [name] if value is None else [name, value]
+    argv += ["--host", host, "--port", str(port)]
+    argv += [f for f in ALWAYS_ON if f not in argv]
+    return argv
+
+
+def mask(argv: Sequence[str]) -> list[str]:
+    """argv with the value of every secret flag replaced, for display and for the state file."""
+    out = list(argv)
+    for i, token in enumerate(out[:-1]):
+        if canonical(token) in SECRET_FLAGS:
+            out[i + 1] = MASK
+    return out
+
+
+def display(argv: Sequence[str], api_key: str | None = None) -> str:
+    """The command a user could paste, secrets masked."""
+    prefix = f"{API_KEY_ENV}={MASK} " if api_key else ""
+    return prefix + shlex.join(mask(argv))
+
+
+def has_auth(flags: Sequence[Flag], api_key: str | None) -> bool:
+    return bool(api_key) or any(canonical(n) in ("--api-key", "--api-key-file") for n, _ in flags)
+
+
+def is_loopback(host: str) -> bool:
+    """True for addresses only this machine can reach (a UNIX socket path counts)."""
+    if host.endswith(".sock") or host == "localhost":
+        return True
+    try:
+        return all(ipaddress.ip_address(h.strip()).is_loopback for h in host.split(","))
+    except ValueError:
+        return False
+
+
+def probe_host(host: str) -> str:
+    """Where to reach a server bound to `host` from this machine (a wildcard bind is reached on loopback)."""
+    first = host.split(",")[0].strip()
+    if first in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if first == "::":
+        return "::1"
+    return first
+
+
+def base_url(host: str, port: int) -> str:
+    h = probe_host(host)
+    return f"http://[{h}]:{port}" if ":" in h else f"http://{h}:{port}"

@@ -1,0 +1,272 @@
+"""What the server commands do, below the CLI: start a detached supervisor, stop, restart, and
+gather an instance's status.
+
+Whoever holds an instance's lock owns its state record: the supervisor while it lives, and
+`stop` when it cleans up after a supervisor that died. `start` takes the lock *before* it
+launches the supervisor and hands the locked fd down, so two starts cannot both launch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+import buun_tool
+from buun_tool.errors import BuunError, Exit, UsageError
+from buun_tool.server import gpu, logfile, metrics, process
+from buun_tool.server.health import Probe, slots_summary
+from buun_tool.server.instance import Instance, all_instances, live
+from buun_tool.server.spec import API_KEY_ENV, LaunchSpec
+from buun_tool.server.state import Record, State
+
+Progress = Callable[[str], None]
+
+
+class AlreadyRunning(BuunError):
+    exit_code = Exit.CONFLICT
+
+
+def busy_error(inst: Instance) -> AlreadyRunning:
+    r = inst.read()
+    if r and r.state.running:
+        where = f" on {r.host}:{r.port}" if r.port else ""
+        pid = f", supervisor pid {r.supervisor.pid}" if r.supervisor else ""
+        return AlreadyRunning(f"instance {inst.name} is already running ({r.state.value}{where}{pid})",
+                              f"`buun stop {inst.name}` first, or start another with --name NAME --port N")
+    return AlreadyRunning(f"instance {inst.name} is already being started or stopped by another buun",
+                          f"`buun status {inst.name}` shows it")
+
+
+def check_port(spec: LaunchSpec) -> None:
+    if not process.port_free(spec.host, spec.port):
+        holder = process.port_holder(spec.port)
+        owner = _instance_on_port(spec.port, holder.pid if holder else None)
+        who = (f"buun instance {owner}" if owner else holder.describe() if holder else "another program")
+        raise BuunError(f"port {spec.port} on {spec.host} is in use by {who}",
+                        f"pass --port N for a free port{f', or `buun stop {owner}`' if owner else ''}",
+                        Exit.CONFLICT)
+
+
+def _instance_on_port(port: int, pid: int | None) -> str | None:
+    for inst in all_instances():
+        r = inst.read()
+        if r and r.port == port and r.state.running and (pid is None or (r.server and r.server.pid == pid)):
+            return inst.name
+    return None
+
+
+# --- start -----------------------------------------------------------------------------------
+
+def start_detached(spec: LaunchSpec, api_key: str | None, wait: bool = True,
+                   progress: Progress | None = None) -> Record | None:
+    """Launch a supervisor in its own session (it outlives this process); with `wait`, return
+    once the server is ready, or raise the cause it failed with."""
+    inst = Instance(spec.name)
+    fd = inst.try_lock()
+    if fd is None:
+        raise busy_error(inst)
+    try:
+        check_port(spec)
+        inst.write_spec(spec.to_json())
+        env = dict(os.environ)
+        env.pop(API_KEY_ENV, None)
+        if api_key:
+            env[API_KEY_ENV] = api_key
+        pkg_root = str(Path(buun_tool.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+        with open(inst.supervisor_log, "ab") as out:
+            sup = subprocess.Popen(
+                [sys.executable, "-m", "buun_tool.server.supervisor", spec.name, "--lock-fd", str(fd)],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                pass_fds=(fd,), start_new_session=True, cwd=pkg_root,
+            )
+    finally:
+        os.close(fd)  # the supervisor holds the lock through its own copy of the fd
+    if not wait:
+        return None
+    return wait_for(inst, spec.run_id, sup, progress)
+
+
+def wait_for(inst: Instance, run_id: str, sup: subprocess.Popen[bytes] | psutil.Process | None,
+             progress: Progress | None = None, server_not: int | None = None) -> Record:
+    """Until the instance is ready (with a server other than `server_not`), or failed."""
+    shown = ""
+    while True:
+        gone = _gone(sup)  # before reading: a supervisor writes its last record, then exits
+        r = inst.read()
+        if r is not None and r.run_id == run_id:
+            if r.state == State.READY and (server_not is None or (r.server and r.server.pid != server_not)):
+                return r
+            if r.state == State.FAILED:
+                err = r.error or {}
+                raise BuunError(err.get("message", "the server failed"), err.get("hint"),
+                                Exit(err.get("exit_code", Exit.FAILED)))
+            if r.state == State.STOPPED:
+                raise BuunError(f"instance {inst.name} was stopped while starting")
+            text = r.phase if r.state == State.STARTING else f"{r.state.value}: {r.last_crash}"
+            if progress and text and text != shown:
+                progress(text)
+                shown = text
+        if gone:
+            tail = "\n    ".join(logfile.tail(inst.supervisor_log, 15))
+            raise BuunError(f"the supervisor of {inst.name} exited before the server was ready:\n    {tail}",
+                            f"see {inst.supervisor_log} and `buun logs {inst.name}`")
+        time.sleep(0.1)
+
+
+def _gone(sup: subprocess.Popen[bytes] | psutil.Process | None) -> bool:
+    if sup is None:
+        return False
+    if isinstance(sup, subprocess.Popen):
+        return sup.poll() is not None
+    try:
+        return not sup.is_running() or sup.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+# --- stop ------------------------------------------------------------------------------------
+
+def stop(inst: Instance, grace: float | None = None) -> str:
+    """Stop an instance and leave no process behind. Returns what happened, for the user."""
+    grace = grace if grace is not None else (_policy_stop_timeout(inst) or 15.0)
+    killed = False
+    if inst.is_locked():
+        sup = _locking_supervisor(inst)
+        if sup is None:
+            raise BuunError(f"instance {inst.name} is locked but its supervisor is unknown",
+                            f"another buun command is starting it; retry in a moment, or see {inst.lock_file}",
+                            Exit.CONFLICT)
+        sup.send_signal(signal.SIGTERM)  # the loop stops the server in order, then exits
+        if _wait_unlocked(inst, grace + 3.0):
+            return "stopped"
+        process.kill_process(sup, 0.0)  # it already had its SIGTERM: kill it, then its server below
+        killed = True
+    with inst.locked():  # no supervisor: the record is ours to fix
+        r = inst.read()
+        server = live(r.server if r else None, "llama-server")
+        if server is not None:  # orphaned (the supervisor died before it could stop it)
+            process.stop_group(server.pid, grace)  # launched as a session leader: pgid == pid
+        if r is None:
+            return "not running"
+        if not (r.state.running or server is not None):
+            return f"not running ({r.state.value})"
+        r.state, r.server, r.phase = State.STOPPED, None, ""
+        inst.write(r)
+        if killed:
+            return f"stopped (its supervisor did not answer SIGTERM within {grace + 3:g} s and was killed)"
+        return "stopped (cleaned up after a supervisor that had died)"
+
+
+def _locking_supervisor(inst: Instance, wait: float = 5.0) -> psutil.Process | None:
+    """The live supervisor named by the record; a start in progress gets `wait` s to write it."""
+    deadline = time.monotonic() + wait
+    while True:
+        r = inst.read()
+        sup = live(r.supervisor if r else None)
+        if sup is not None or not inst.is_locked() or time.monotonic() >= deadline:
+            return sup
+        time.sleep(0.05)
+
+
+def _wait_unlocked(inst: Instance, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not inst.is_locked():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _policy_stop_timeout(inst: Instance) -> float | None:
+    data = inst.read_spec() or {}
+    return (data.get("policy") or {}).get("stop_timeout")
+
+
+# --- restart ---------------------------------------------------------------------------------
+
+def restart(inst: Instance, api_key: str | None, progress: Progress | None = None) -> Record:
+    """A live supervisor relaunches its server in place (SIGHUP: it keeps running under systemd
+    or a terminal); otherwise the saved spec is started again, detached."""
+    sup = _locking_supervisor(inst) if inst.is_locked() else None
+    r = inst.read()
+    if sup is not None and r is not None:
+        old = r.server.pid if r.server else None
+        sup.send_signal(signal.SIGHUP)
+        return wait_for(inst, r.run_id, sup, progress, server_not=old)
+    data = inst.read_spec()
+    if data is None:
+        raise UsageError(f"instance {inst.name} has never been started", "use `buun start` first")
+    spec = LaunchSpec.from_json(data)
+    spec.run_id = os.urandom(16).hex()
+    result = start_detached(spec, api_key or os.environ.get(API_KEY_ENV), True, progress)
+    assert result is not None
+    return result
+
+
+# --- status ----------------------------------------------------------------------------------
+
+def status(inst: Instance, api_key: str | None = None) -> dict[str, Any]:
+    """Everything `buun status` shows, as JSON-ready data."""
+    r = inst.read()
+    running = inst.is_locked()
+    if r is None:
+        return {"name": inst.name, "state": State.STOPPED.value, "running": running}
+    out = r.to_json()
+    out["running"] = running
+    if not running and r.state.running:
+        out["state"] = State.STOPPED.value
+        out["stale"] = True  # the record says running, but no supervisor holds the lock
+    server = live(r.server, "llama-server")
+    out["server_pid"] = server.pid if server else None
+    if server and not running:
+        out["orphan"] = True  # a server without supervisor: `buun stop` kills it
+    now = time.time()
+    out["uptime_s"] = round(now - r.server_started_at, 1) if server and r.server_started_at else None
+    out["supervisor_uptime_s"] = round(now - r.started_at, 1) if running and r.started_at else None
+    data = inst.read_spec()
+    url = LaunchSpec.from_json(data).url if data else None
+    out["endpoint"] = url
+    out["model_files"] = {"target": r.target, "draft": r.draft}
+    if server and url:
+        probe = Probe(url, api_key or os.environ.get(API_KEY_ENV), timeout=2.0)
+        try:
+            out["health"] = probe.health().detail
+            out["slots"] = slots_summary(probe)
+            code, text = probe.get_text("/metrics")
+            stats = metrics.dflash_stats(metrics.parse(text)) if code == 200 else None
+            out["dflash"] = stats.to_json() if stats else None
+            if code == 401:
+                out["dflash"] = {"error": "needs the API key (--api-key or BUUN_API_KEY)"}
+        finally:
+            probe.close()
+        out["gpu"] = gpu.memory_for(server.pid)
+    return out
+
+
+def resolve_name(name: str | None) -> Instance:
+    """The instance a command means: the one named, else the only one running, else the only one known."""
+    known = all_instances()
+    if name:
+        inst = Instance(name)
+        if not inst.dir.is_dir():
+            raise UsageError(f"no instance named {name}",
+                             f"instances: {', '.join(i.name for i in known)}" if known else
+                             "start one with `buun start` or `buun serve`")
+        return inst
+    running = [i for i in known if i.is_locked()]
+    for group in (running, known):
+        if len(group) == 1:
+            return group[0]
+    if not known:
+        raise UsageError("no server instance exists yet", "start one with `buun start` or `buun serve`")
+    listed = ", ".join(i.name for i in (running or known))
+    raise UsageError("more than one instance: name the one you mean", f"instances: {listed}")

@@ -1,0 +1,89 @@
+"""HTTP probes of a running llama-server: /health, /slots, /props and /metrics.
+
+Every probe has a short timeout and never raises: a result says what happened, so the loop
+and `buun status` can tell "loading" from "refused" from "hung". Proxies from the environment
+are ignored (the server is on this machine).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+
+@dataclass(frozen=True)
+class Health:
+    ok: bool
+    detail: str  # "ok", "loading model", "connection refused", "timed out after 2 s", "HTTP 500"
+
+
+class Probe:
+    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 2.0):
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self._s = requests.Session()
+        self._s.trust_env = False
+        if api_key:
+            self._s.headers["Authorization"] = f"Bearer {api_key}"
+
+    def close(self) -> None:
+        self._s.close()
+
+    def _get(self, path: str, timeout: float | None = None) -> requests.Response:
+        return self._s.get(self.base_url + path, timeout=timeout or self.timeout)
+
+    def health(self, timeout: float | None = None) -> Health:
+        try:
+            r = self._get("/health", timeout)
+        except requests.Timeout:
+            return Health(False, f"timed out after {timeout or self.timeout:g} s")
+        except requests.ConnectionError:
+            return Health(False, "connection refused")
+        except requests.RequestException as exc:
+            return Health(False, type(exc).__name__)
+        if r.status_code == 200:
+            return Health(True, "ok")
+        if r.status_code == 503:
+            return Health(False, "loading model")
+        return Health(False, f"HTTP {r.status_code}")
+
+    def get_json(self, path: str) -> tuple[int, Any]:
+        """(status, parsed body); status 0 when the server did not answer."""
+        try:
+            r = self._get(path)
+        except requests.RequestException:
+            return 0, None
+        try:
+            return r.status_code, r.json()
+        except ValueError:
+            return r.status_code, None
+
+    def get_text(self, path: str) -> tuple[int, str]:
+        try:
+            r = self._get(path)
+        except requests.RequestException:
+            return 0, ""
+        return r.status_code, r.text
+
+
+def slots_summary(probe: Probe) -> dict[str, Any] | None:
+    """Slots from /slots when it is enabled, else the total from /props."""
+    status, body = probe.get_json("/slots")
+    if status == 200 and isinstance(body, list):
+        return {
+            "total": len(body),
+            "busy": sum(1 for s in body if isinstance(s, dict) and s.get("is_processing")),
+            "n_ctx": next((s.get("n_ctx") for s in body if isinstance(s, dict) and s.get("n_ctx")), None),
+            "source": "/slots",
+        }
+    if status == 401:
+        return {"error": "needs the API key (--api-key or BUUN_API_KEY)"}
+    status, props = probe.get_json("/props")
+    if status == 200 and isinstance(props, dict):
+        gen = props.get("default_generation_settings") or {}
+        return {"total": props.get("total_slots"), "busy": None, "n_ctx": gen.get("n_ctx"), "source": "/props"}
+    if status == 401:
+        return {"error": "needs the API key (--api-key or BUUN_API_KEY)"}
+    return None

@@ -1,0 +1,139 @@
+"""One folder per named instance: its lock, state record, launch spec and logs.
+
+The lock (fcntl.flock on `lock`) is held by the instance's supervisor for its whole life, so
+"the lock is held" is the one true answer to "is it running": no PID check can race with a
+start. Only the lock holder writes the state record; readers cope with a record left behind
+by a supervisor that died (stale: the lock is free, or the PID now belongs to another program).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+
+from buun_tool import paths
+from buun_tool.errors import Exit, UsageError
+from buun_tool.server.state import ProcRef, Record
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def check_name(name: str) -> str:
+    if not _NAME.fullmatch(name):
+        raise UsageError(f"instance name {name!r} is not valid",
+                         "use letters, digits, '.', '_' and '-' (up to 64), starting with a letter or digit")
+    return name
+
+
+class Instance:
+    def __init__(self, name: str):
+        self.name = check_name(name)
+        self.dir = paths.instances_dir() / name
+
+    lock_file = property(lambda self: self.dir / "lock")
+    state_file = property(lambda self: self.dir / "state.json")
+    spec_file = property(lambda self: self.dir / "spec.json")
+    log_file = property(lambda self: self.dir / "server.log")
+    supervisor_log = property(lambda self: self.dir / "supervisor.log")
+
+    # --- the lock -------------------------------------------------------------------------
+
+    def try_lock(self) -> int | None:
+        """An fd holding the instance lock, or None when another process holds it."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
+    def is_locked(self) -> bool:
+        """Is a supervisor alive for this instance? (Probes the lock without keeping it.)"""
+        if not self.lock_file.exists():
+            return False
+        fd = self.try_lock()
+        if fd is None:
+            return True
+        os.close(fd)
+        return False
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[int]:
+        fd = self.try_lock()
+        if fd is None:
+            raise UsageError(f"instance {self.name} is busy (a supervisor holds its lock)",
+                             f"`buun status {self.name}` shows it", Exit.CONFLICT)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    # --- the record -----------------------------------------------------------------------
+
+    def read(self) -> Record | None:
+        try:
+            return Record.from_json(json.loads(self.state_file.read_text()))
+        except (FileNotFoundError, json.JSONDecodeError, TypeError, ValueError):
+            return None
+
+    def write(self, record: Record) -> None:
+        """Atomic (rename), so a reader never sees half a record. Lock holders only."""
+        record.updated_at = time.time()
+        _write_json(self.state_file, record.to_json())
+
+    def read_spec(self) -> dict | None:
+        try:
+            return json.loads(self.spec_file.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def write_spec(self, data: dict) -> None:
+        _write_json(self.spec_file, data)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def all_instances() -> list[Instance]:
+    root = paths.instances_dir()
+    if not root.is_dir():
+        return []
+    return [Instance(d.name) for d in sorted(root.iterdir()) if d.is_dir() and _NAME.fullmatch(d.name)]
+
+
+# --- processes named in a record --------------------------------------------------------------
+
+def ref_of(pid: int) -> ProcRef:
+    return ProcRef(pid, psutil.Process(pid).create_time())
+
+
+def live(ref: ProcRef | None, cmd_hint: str | None = None) -> psutil.Process | None:
+    """The process a record names, if it is still that process: same PID, same start time and,
+    with `cmd_hint`, that text in its command line. A reused PID gives None."""
+    if ref is None:
+        return None
+    try:
+        proc = psutil.Process(ref.pid)
+        if abs(proc.create_time() - ref.create_time) > 0.05:
+            return None
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        if cmd_hint and cmd_hint not in " ".join(proc.cmdline()):
+            return None
+        return proc
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None

@@ -1,0 +1,89 @@
+"""llama-server's /metrics (Prometheus text) and the DFlash figures drawn from it.
+
+Names checked against tools/server/server-task.cpp of the pinned llama.cpp
+(server_task_result_metrics::to_metrics): counters `llamacpp:spec_decode_num_draft_tokens_total`,
+`..._num_accepted_tokens_total`, `..._num_drafts_total` (verification steps) and the labelled
+`..._num_accepted_tokens_per_pos_total{position="i"}`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PREFIX = "llamacpp:"
+DRAFT_TOKENS = PREFIX + "spec_decode_num_draft_tokens_total"
+ACCEPTED = PREFIX + "spec_decode_num_accepted_tokens_total"
+DRAFTS = PREFIX + "spec_decode_num_drafts_total"
+PER_POS = PREFIX + "spec_decode_num_accepted_tokens_per_pos_total"
+PREDICTED = PREFIX + "tokens_predicted_total"
+PREDICTED_SECONDS = PREFIX + "tokens_predicted_seconds_total"
+
+_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{([^}]*)\})?\s+(\S+)")
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+Labels = tuple[tuple[str, str], ...]
+
+
+def parse(text: str) -> dict[str, dict[Labels, float]]:
+    """Samples by metric name, then by their (sorted) labels. Comments and bad lines are skipped."""
+    out: dict[str, dict[Labels, float]] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group(4))
+        except ValueError:
+            continue
+        labels = tuple(sorted(_LABEL.findall(m.group(3) or "")))
+        out.setdefault(m.group(1), {})[labels] = value
+    return out
+
+
+def _scalar(samples: dict[str, dict[Labels, float]], name: str) -> float | None:
+    series = samples.get(name)
+    return series.get((), None) if series else None
+
+
+@dataclass
+class DFlashStats:
+    drafts: int  # verification steps that carried a draft
+    drafted: int  # draft tokens proposed
+    accepted: int  # draft tokens the target accepted
+    acceptance_rate: float | None  # accepted / drafted
+    mean_accepted: float | None  # accepted draft tokens per step
+    mean_acceptance_length: float | None  # tokens committed per step: accepted + the target's bonus token
+    accepted_per_position: list[int] = field(default_factory=list)
+    tokens_per_second: float | None = None  # average generation speed since start
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def dflash_stats(samples: dict[str, dict[Labels, float]]) -> DFlashStats | None:
+    """The speculative-decoding figures; None when the server exports none (not a DFlash build)."""
+    drafted, accepted, drafts = (_scalar(samples, n) for n in (DRAFT_TOKENS, ACCEPTED, DRAFTS))
+    if drafted is None and accepted is None and drafts is None:
+        return None
+    drafted_i, accepted_i, drafts_i = int(drafted or 0), int(accepted or 0), int(drafts or 0)
+    per_pos: dict[int, int] = {}
+    for labels, value in (samples.get(PER_POS) or {}).items():
+        pos = dict(labels).get("position")
+        if pos is not None and pos.isdigit():
+            per_pos[int(pos)] = int(value)
+    per_pos_list = [per_pos.get(i, 0) for i in range(max(per_pos) + 1)] if per_pos else []
+    tokens, seconds = _scalar(samples, PREDICTED), _scalar(samples, PREDICTED_SECONDS)
+    speed = tokens / seconds if tokens and seconds and seconds > 0 and math.isfinite(seconds) else None
+    return DFlashStats(
+        drafts=drafts_i, drafted=drafted_i, accepted=accepted_i,
+        acceptance_rate=accepted_i / drafted_i if drafted_i else None,
+        mean_accepted=accepted_i / drafts_i if drafts_i else None,
+        mean_acceptance_length=1 + accepted_i / drafts_i if drafts_i else None,
+        accepted_per_position=per_pos_list, tokens_per_second=speed,
+    )

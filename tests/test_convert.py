@@ -1,0 +1,302 @@
+"""The drafter folder and the conversion, with the real vendored converter and the CPU build's
+llama-quantize: pull (fake Hub) -> drafter folder -> BF16 GGUF -> Q4_K_M -> verify -> provenance,
+byte-identical re-conversion, a failure that keeps the previous GGUF, and the pair answering in
+the real llama-server."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from buun_tool import build, convert, drafter, paths, pull, recipes, vendor
+from buun_tool.cli.app import app
+from buun_tool.errors import BuunError, CommandError, Exit, NotReadyError, UsageError
+from buun_tool.gguf_tools import GgufFile
+from tests.hub_server import FakeHub
+from tests.llama_proc import llama_server
+from tests.tiny_models import TinyModels, write_recipe
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+# --- the drafter folder (no converter needed) -----------------------------------------------
+
+@pytest.fixture
+def pulled(tiny_hub: FakeHub, tiny_recipe: recipes.Recipe) -> recipes.Recipe:
+    pull.pull(tiny_recipe, roles=("drafter", "tokenizer"))
+    return tiny_recipe
+
+
+class TestDrafterFolder:
+    def test_copies_the_tokenizer_files_and_keeps_the_drafters_config(self, pulled: recipes.Recipe,
+                                                                       tiny_models_built: TinyModels):
+        lay = pull.layout(pulled)
+        own_config = _sha(lay.drafter_dir / "config.json")
+        result = drafter.prepare(pulled)
+        assert result.copied == list(pulled.tokenizer.files)
+        for name in pulled.tokenizer.files:
+            assert _sha(lay.drafter_dir / name) == _sha(lay.tokenizer_dir / name)
+        assert _sha(lay.drafter_dir / "config.json") == own_config  # the drafter's own, untouched
+        assert _sha(lay.tokenizer_dir / "config.json") == _sha(tiny_models_built.tokenizer_dir / "config.json")
+        assert result.facts["target_layer_ids"] == [1, 3, 5] and result.facts["target_mrope"]
+        assert result.facts["hidden_size"] == result.facts["target_hidden_size"] == 256
+
+    def test_is_idempotent_and_repairs_a_changed_copy(self, pulled: recipes.Recipe):
+        drafter.prepare(pulled)
+        again = drafter.prepare(pulled)
+        assert again.copied == [] and again.already_there == list(pulled.tokenizer.files)
+        vocab = pull.layout(pulled).drafter_dir / "vocab.json"
+        vocab.write_text("{}")
+        assert drafter.prepare(pulled).copied == ["vocab.json"]
+
+    def test_refuses_to_overwrite_the_drafters_config(self, pulled: recipes.Recipe, tmp_path: Path):
+        data = recipes.load_file(write_recipe(tmp_path / "bad.yaml", tokenizer={
+            "repo": "Qwen/Qwen3.5-27B", "files": ["tokenizer.json", "config.json"]}))
+        before = _sha(pull.layout(pulled).drafter_dir / "config.json")
+        with pytest.raises(UsageError) as info:
+            drafter.prepare(data)
+        assert "tokenizer.files lists config.json" in info.value.message and str(data.source) in info.value.message
+        assert _sha(pull.layout(pulled).drafter_dir / "config.json") == before
+
+    @pytest.mark.parametrize(("change", "message"), [
+        ({"hidden_size": 128}, "hidden sizes differ: drafter 128"),
+        ({"dflash_config": {"mask_token_id": 248070, "target_layer_ids": [1, 3, 8]}},
+         "target_layer_ids [1, 3, 8] are not layers of the 8-layer target"),
+        ({"architectures": ["Qwen3ForCausalLM"]}, "not a DFlash drafter"),
+    ])
+    def test_a_drafter_that_does_not_fit_the_target(self, pulled: recipes.Recipe, change: dict, message: str):
+        cfg_path = pull.layout(pulled).drafter_dir / "config.json"
+        cfg_path.write_text(json.dumps({**json.loads(cfg_path.read_text()), **change}))
+        with pytest.raises(UsageError) as info:
+            drafter.prepare(pulled)
+        assert message in info.value.message
+
+    def test_the_recipe_expectations_are_checked(self, tiny_hub: FakeHub, tmp_path: Path):
+        r = recipes.load_file(write_recipe(tmp_path / "r.yaml", expect={"block_size": 8}))
+        pull.pull(r, roles=("drafter", "tokenizer"))
+        with pytest.raises(UsageError, match=r"expect.block_size is 8 but the drafter has 16"):
+            drafter.prepare(r)
+
+    def test_needs_a_pull_first(self, tiny_recipe: recipes.Recipe):
+        with pytest.raises(NotReadyError) as info:
+            drafter.prepare(tiny_recipe)
+        assert "is not downloaded" in info.value.message and "buun pull tiny-dflash" in (info.value.hint or "")
+
+    def test_convert_needs_the_drafter_folder(self, pulled: recipes.Recipe):
+        with pytest.raises(NotReadyError) as info:
+            convert.convert(pulled)
+        assert "drafter folder is incomplete" in info.value.message and "tokenizer.json" in info.value.message
+
+
+# --- the conversion -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Converted:
+    models: Path
+    recipe: recipes.Recipe
+    commits: dict[str, str]
+    cli_json: dict
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory: pytest.TempPathFactory, tiny_models_built: TinyModels,
+              converter_python: Path, llama_bin: Path) -> Iterator[Converted]:
+    """pull -> drafter -> convert once through the CLI, into a folder tests copy from."""
+    root = tmp_path_factory.mktemp("converted")
+    hub = FakeHub().start()
+    for repo, files in tiny_models_built.hub_repos().items():
+        hub.add_repo(repo, files)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_ENDPOINT", hub.url)
+        mp.setattr("huggingface_hub.constants.ENDPOINT", hub.url)
+        mp.delenv("HF_TOKEN", raising=False)
+        mp.setattr("huggingface_hub.constants.HF_TOKEN_PATH", str(root / "no-hf-token"))
+        mp.setenv("BUUN_CACHE_DIR", str(converter_python.parent.parent.parent))
+        for var in ("BUUN_STATE_DIR", "BUUN_DATA_DIR", "BUUN_CONFIG_DIR"):  # no user folder is touched
+            mp.setenv(var, str(root / var.lower()))
+        recipe_file = write_recipe(root / "tiny-dflash.yaml")
+        models = root / "models"
+        runner = CliRunner()
+        for cmd in (["pull"], ["drafter"], ["convert", "--json"]):
+            res = runner.invoke(app, [*cmd, str(recipe_file), "--models-dir", str(models)])
+            assert res.exit_code == 0, res.output
+        cli_json = json.loads(res.stdout)
+    hub.stop()
+    commits = {repo: r.commit for repo, r in hub.repos.items()}
+    yield Converted(models, recipes.load_file(recipe_file), commits, cli_json)
+
+
+@pytest.fixture
+def models(converted: Converted, tmp_path: Path) -> Path:
+    """A private copy of the converted models folder."""
+    dest = tmp_path / "models"
+    shutil.copytree(converted.models, dest)
+    return dest
+
+
+@pytest.mark.slow
+class TestConvert:
+    def test_output_is_verified_and_described(self, converted: Converted):
+        lay = pull.layout(converted.recipe, converted.models)
+        final = lay.drafter_gguf()
+        assert converted.cli_json["gguf"] == str(final) and converted.cli_json["rebuilt"]
+        assert converted.cli_json["intermediate"] == str(lay.drafter_gguf("BF16"))  # the drafter is BF16
+        v = converted.cli_json["verified"]
+        assert v["architecture"] == "dflash" and v["block_size"] == 16 and v["mask_token_id"] == 248070
+        assert v["target_layers"] == [2, 4, 6] and v["hidden_size"] == 256 and v["block_count"] == 2
+        assert v["rope_sections"] == [64, 0, 0, 0] and v["vocab_tokens"] == 248320
+        assert v["file_type"] == 15 and v["tensor_count"] == 3 + 11 * 2  # MOSTLY_Q4_K_M
+        assert set(v["tensor_types"]) <= {"F32", "Q4_K", "Q5_K", "Q6_K", "Q8_0"}
+        assert [p.name for p in lay.gguf_dir.iterdir() if p.name.startswith(".")] == []
+
+    def test_provenance_record(self, converted: Converted):
+        lay = pull.layout(converted.recipe, converted.models)
+        final, intermediate = lay.drafter_gguf(), lay.drafter_gguf("BF16")
+        record = json.loads(convert.provenance_path(final).read_text())
+        assert record["output"] == {"file": final.name, "size": final.stat().st_size, "sha256": _sha(final),
+                                    "type": "Q4_K_M"}
+        assert record["intermediate"] == intermediate.name
+        assert record["recipe"] == {"name": "tiny-dflash", "file": "tiny-dflash.yaml"}
+        inputs = record["inputs"]
+        assert inputs["sources"]["drafter"]["commit"] == converted.commits["z-lab/Qwen3.5-27B-DFlash"]
+        assert inputs["sources"]["tokenizer"]["commit"] == converted.commits["Qwen/Qwen3.5-27B"]
+        assert inputs["sources"]["drafter"]["files"]["model.safetensors"] == _sha(lay.drafter_dir / "model.safetensors")
+        assert inputs["sources"]["tokenizer"]["files"]["config.json"] == _sha(lay.tokenizer_dir / "config.json")
+        assert inputs["llama_cpp"]["pin"] == vendor.load_pin().commit
+        assert inputs["llama_cpp"]["source"]["commits"] == build.source_state(paths.llama_dir())["commits"]
+        assert inputs["llama_cpp"]["gguf_py"]
+        assert inputs["quantize"]["variant"] == "cpu" and inputs["quant"] == "Q4_K_M"
+        assert inputs["converter_env"]["requirements"] == list(convert.CONVERTER_REQUIREMENTS)
+        assert inputs["converter_env"]["installed"]["torch"].startswith("2.13.0")
+        own = json.loads(convert.provenance_path(intermediate).read_text())  # the BF16 file has its own
+        assert own["output"] == {"file": intermediate.name, "size": intermediate.stat().st_size,
+                                 "sha256": _sha(intermediate), "type": "BF16"}
+        assert own["inputs"] == {k: inputs[k] for k in ("sources", "llama_cpp", "converter_env", "outtype")}
+
+    def test_refuses_to_start_without_the_disk_space(self, converted: Converted, models: Path,
+                                                     monkeypatch: pytest.MonkeyPatch):
+        lay = pull.layout(converted.recipe, models)
+        before = {p.name: _sha(p) for p in lay.gguf_dir.iterdir()}
+        monkeypatch.setattr(convert.shutil, "disk_usage", lambda _: SimpleNamespace(free=10**6))
+        with pytest.raises(BuunError) as info:
+            convert.convert(converted.recipe, models, force=True)
+        assert info.value.exit_code == Exit.DISK and "not enough disk space" in info.value.message
+        assert {p.name: _sha(p) for p in lay.gguf_dir.iterdir()} == before
+
+    def test_another_quant_only_requantizes(self, converted: Converted, models: Path, tmp_path: Path):
+        r = recipes.load_file(write_recipe(tmp_path / "tiny-dflash.yaml", quantize="Q8_0"))
+        result = convert.convert(r, models)
+        assert Path(result.gguf).name == "Qwen3.5-27B-DFlash-Q8_0.gguf" and result.verified["file_type"] == 7
+        log = (paths.state_dir() / "logs" / "convert-tiny-dflash.log").read_text()
+        assert "convert_hf_to_gguf.py" not in log and "llama-quantize" in log
+
+    def test_unchanged_inputs_are_a_no_op(self, converted: Converted, models: Path):
+        final = pull.layout(converted.recipe, models).drafter_gguf()
+        mtime = final.stat().st_mtime_ns
+        result = convert.convert(converted.recipe, models)
+        assert not result.rebuilt and final.stat().st_mtime_ns == mtime
+
+    def test_converting_again_gives_the_same_bytes(self, converted: Converted, models: Path):
+        lay = pull.layout(converted.recipe, models)
+        before = {p.name: _sha(p) for p in lay.gguf_dir.iterdir()}
+        (lay.drafter_gguf()).unlink()
+        (lay.drafter_gguf("BF16")).unlink()
+        result = convert.convert(converted.recipe, models, force=True)
+        assert result.rebuilt
+        assert {p.name: _sha(p) for p in lay.gguf_dir.iterdir()} == before  # GGUFs and provenance alike
+
+    def test_a_failed_quantization_keeps_the_previous_gguf(self, converted: Converted, models: Path,
+                                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        fake_bin = tmp_path / "bin"
+        fake_bin.mkdir()
+        quantize = fake_bin / "llama-quantize"
+        # writes half of a file under the output name it was given, then fails
+        quantize.write_text('#!/bin/sh\nhead -c 1000 "$1" > "$2"\necho "ggml_abort: out of memory" >&2\nexit 3\n')
+        quantize.chmod(0o755)
+        monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(fake_bin))
+        lay = pull.layout(converted.recipe, models)
+        good = _sha(lay.drafter_gguf())
+        record = convert.provenance_path(lay.drafter_gguf()).read_text()
+        with pytest.raises(CommandError) as info:
+            convert.convert(converted.recipe, models)
+        assert "llama-quantize failed (exit 3)" in info.value.message and "out of memory" in info.value.message
+        assert _sha(lay.drafter_gguf()) == good
+        assert convert.provenance_path(lay.drafter_gguf()).read_text() == record
+        assert [p.name for p in lay.gguf_dir.iterdir() if "partial" in p.name] == []
+
+    def test_a_gguf_that_fails_verification_never_lands(self, converted: Converted, models: Path,
+                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        fake_bin = tmp_path / "bin"
+        fake_bin.mkdir()
+        quantize = fake_bin / "llama-quantize"
+        quantize.write_text('#!/bin/sh\ncp "$1" "$2"\n')  # "succeeds" without quantizing
+        quantize.chmod(0o755)
+        monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(fake_bin))
+        lay = pull.layout(converted.recipe, models)
+        good = _sha(lay.drafter_gguf())
+        with pytest.raises(BuunError) as info:
+            convert.convert(converted.recipe, models)
+        assert "failed verification" in info.value.message
+        assert "file_type: expected 15, found 32" in info.value.message  # BF16 left as it was
+        assert "not quantized to Q4_K_M" in info.value.message
+        assert _sha(lay.drafter_gguf()) == good
+        assert [p.name for p in lay.gguf_dir.iterdir() if "partial" in p.name] == []
+
+    def test_a_failed_conversion_keeps_the_previous_ggufs(self, converted: Converted, models: Path):
+        lay = pull.layout(converted.recipe, models)
+        weights = lay.drafter_dir / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:4096])  # a truncated download, say
+        before = {p.name: _sha(p) for p in lay.gguf_dir.iterdir()}
+        with pytest.raises(CommandError) as info:
+            convert.convert(converted.recipe, models, force=True)
+        assert "the GGUF converter failed" in info.value.message
+        assert info.value.log_path and Path(info.value.log_path).is_file()
+        assert {p.name: _sha(p) for p in lay.gguf_dir.iterdir()} == before
+
+    def test_the_pair_answers_in_llama_server(self, converted: Converted, llama_bin: Path, tmp_path: Path):
+        lay = pull.layout(converted.recipe, converted.models)
+        args = ["-m", str(lay.target_gguf), "-md", str(lay.drafter_gguf()), "--spec-type", "draft-dflash",
+                "-c", "512", "-t", "2", "--spec-draft-n-max", "7"]
+        with llama_server(llama_bin, args, tmp_path / "server.log") as server:
+            res = server.complete("The capital of France is", 24)
+            assert len(res["tokens"]) == 24 and isinstance(res["content"], str)
+            assert res["timings"]["draft_n"] > 0, server.log_tail()
+        log = (tmp_path / "server.log").read_text()
+        assert "block_size=16, mask_token_id=248070, n_extract=3" in log
+
+    def test_convert_cli_reports_up_to_date(self, converted: Converted, models: Path):
+        res = CliRunner().invoke(app, ["convert", str(converted.recipe.source), "--models-dir", str(models),
+                                       "--json"])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.stdout)["rebuilt"] is False
+        assert "is up to date" in _flat(res.stderr)
+
+
+@pytest.mark.slow
+def test_a_float_recipe_needs_no_quantize(tiny_hub: FakeHub, tiny_models_built: TinyModels, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(tmp_path / "no-build"))  # no llama-quantize anywhere
+    r = recipes.load_file(write_recipe(tmp_path / "f16.yaml", quantize="F16"))
+    pull.pull(r, roles=("drafter", "tokenizer"))
+    drafter.prepare(r)
+    result = convert.convert(r)
+    assert result.intermediate is None and Path(result.gguf) == pull.layout(r).drafter_gguf("F16")
+    assert result.verified["file_type"] == 1 and set(result.verified["tensor_types"]) == {"F16", "F32"}
+    # the same converter on the same checkpoint: the same tensors as the fixture's own conversion
+    with GgufFile(Path(result.gguf)) as got, GgufFile(tiny_models_built.upstream_drafter_f16) as ref:
+        assert [(t.name, b"".join(got.tensor_bytes(t))) for t in got.tensors] == \
+               [(t.name, b"".join(ref.tensor_bytes(t))) for t in ref.tensors]

@@ -1,0 +1,147 @@
+"""`buun fit`: the GPU memory planner, checked against its calibration and a real llama-server."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from buun_tool import fit, recipes
+from buun_tool.cli.app import app
+
+MIB = 2**20
+CALIBRATION_AR = fit.FitFlags(ctx=6048, draft_max=0, batch=2048, ubatch=512)
+CALIBRATION_DFLASH = fit.FitFlags(ctx=6048, draft_max=15, batch=256, ubatch=64)
+
+# llama-server's buffer lines as a CUDA build prints them (-lv 4), target then drafter
+CUDA_LOG = """\
+load_tensors:   CPU_Mapped model buffer size =   682.03 MiB
+load_tensors:        CUDA0 model buffer size = 15078.94 MiB
+llama_context:  CUDA_Host  output buffer size =     0.95 MiB
+llama_kv_cache:      CUDA0 KV buffer size =   384.00 MiB
+llama_memory_recurrent:      CUDA0 RS buffer size =  2394.00 MiB
+sched_reserve:      CUDA0 compute buffer size =    70.50 MiB
+sched_reserve:  CUDA_Host compute buffer size =    12.03 MiB
+load_tensors:        CUDA0 model buffer size =   928.36 MiB
+llama_kv_cache:      CUDA0 KV buffer size =   120.00 MiB
+sched_reserve:      CUDA0 compute buffer size =    61.88 MiB
+sched_reserve:      CUDA0 compute buffer size =   123.45 MiB
+"""
+
+
+@pytest.fixture(scope="module")
+def recipe() -> recipes.Recipe:
+    return recipes.load()
+
+
+class TestComponents:
+    def test_full_scale_buffers_match_the_geometry(self, recipe) -> None:
+        p = fit.predict(recipe, CALIBRATION_DFLASH)
+        assert p.get("target_kv") == 16 * 6144 * 4 * 256 * 2 * 2  # 16 layers, 6048 -> 6144 cells, K+V f16
+        assert p.get("recurrent") == 16 * 48 * (128 * 6144 + 3 * 10240) * 4  # 1 + n_max planes
+        assert p.get("recurrent") / 16 / MIB == pytest.approx(149.62, abs=0.01)
+        assert p.get("drafter_kv") == 5 * 6144 * 8 * 128 * 2 * 2
+        assert p.get("target_weights") / MIB == pytest.approx(15078.94, abs=0.01)  # token_embd stays on the host
+        assert p.get("drafter_weights") / MIB == pytest.approx(928.36, abs=0.01)
+
+    def test_calibration_points(self, recipe) -> None:
+        assert fit.predict(recipe, CALIBRATION_AR).total / fit.GIB == pytest.approx(16.3, abs=0.05)
+        assert fit.predict(recipe, CALIBRATION_DFLASH).total / fit.GIB == pytest.approx(19.7, abs=0.05)
+
+    def test_kv_cache_types_scale_the_cache(self, recipe) -> None:
+        f16 = fit.predict(recipe, CALIBRATION_DFLASH).get("target_kv")
+        q8 = fit.predict(recipe, replace(CALIBRATION_DFLASH, cache_type_k="q8_0", cache_type_v="q8_0")).get("target_kv")
+        q4 = fit.predict(recipe, replace(CALIBRATION_DFLASH, cache_type_k="q4_0", cache_type_v="q4_0")).get("target_kv")
+        assert (q8 / f16, q4 / f16) == (pytest.approx(34 / 64), pytest.approx(18 / 64))
+
+    def test_draft_window_bounds_the_drafter_cache(self, recipe) -> None:
+        windowed = replace(CALIBRATION_DFLASH, ctx=65536, draft_ctx=256)
+        assert fit.draft_cells(windowed) == 512  # pad256(256 + ubatch 64)
+        assert fit.predict(recipe, windowed).get("drafter_kv") == 5 * 512 * 8 * 128 * 2 * 2
+
+    def test_autoregressive_has_no_drafter_and_one_plane(self, recipe) -> None:
+        p = fit.predict(recipe, CALIBRATION_AR)
+        assert {c.key for c in p.components}.isdisjoint({"drafter_weights", "drafter_kv", "drafter_compute"})
+        assert p.get("recurrent") / MIB == pytest.approx(149.62, abs=0.01)
+
+    def test_recipe_flags_are_read(self, recipe) -> None:
+        f = fit.flags_from_recipe(recipe)
+        assert (f.ctx, f.batch, f.ubatch, f.n_parallel) == (6048, 256, 64, 1)
+        assert f.draft_max == 16 and f.draft_ctx == 256  # the fork's --draft-max and -cd
+
+
+class TestContext:
+    def test_largest_context_is_the_edge_of_the_budget(self, recipe) -> None:
+        best = fit.max_context(recipe, CALIBRATION_DFLASH, gpu_gib=24, margin_gib=0.25)
+        assert 6048 < best < 262144 and best % 256 == 0
+        assert fit.fits(fit.predict(recipe, replace(CALIBRATION_DFLASH, ctx=best)), 24, 0.25)
+        assert not fit.fits(fit.predict(recipe, replace(CALIBRATION_DFLASH, ctx=best + 256)), 24, 0.25)
+
+    def test_knobs_buy_context(self, recipe) -> None:
+        by_change = {k.change.split(" (")[0]: k.max_ctx for k in fit.knobs(recipe, CALIBRATION_DFLASH, 24, 0.25)}
+        base = by_change["as configured"]
+        assert base < by_change["KV cache q8_0"] < by_change["KV cache q4_0"]
+        assert base < by_change["draft length 8"] < by_change["draft length 4"]
+
+    def test_nothing_fits_a_small_card(self, recipe) -> None:
+        assert fit.max_context(recipe, CALIBRATION_DFLASH, gpu_gib=16, margin_gib=0.25) == 0
+
+
+class TestLogParsing:
+    def test_sections_by_model_with_the_last_compute_reserve(self) -> None:
+        target, drafter = fit.parse_buffers(CUDA_LOG)
+        assert target["model"] == {"CPU_Mapped": 682.03, "CUDA0": 15078.94}
+        assert target["RS"] == {"CUDA0": 2394.0} and target["compute"]["CUDA0"] == 70.5
+        assert drafter["compute"] == {"CUDA0": 123.45} and drafter["KV"] == {"CUDA0": 120.0}
+
+    def test_gpu_components_leave_host_buffers_out(self) -> None:
+        got = fit._component_mib(fit.parse_buffers(CUDA_LOG), gpu=True)
+        assert got["target_weights"] == 15078.94 and got["target_compute"] == 70.5
+        assert got["drafter_compute"] == 123.45 and got["recurrent"] == 2394.0
+
+
+class TestCli:
+    def test_3090_gets_its_largest_context(self) -> None:
+        res = CliRunner().invoke(app, ["fit", "qwen3.5-27b-dflash", "--gpu-mem", "24"])
+        assert res.exit_code == 0, res.output
+        assert "largest context with these settings" in res.stdout and "fits" in res.stdout
+
+    def test_json_and_flag_overrides(self) -> None:
+        res = CliRunner().invoke(app, ["fit", "--gpu-mem", "24", "--ctx", "8192", "--ctk", "q8_0", "--draft-max", "8",
+                                       "--json"])
+        assert res.exit_code == 0, res.output
+        data = json.loads(res.stdout)
+        flags = data["prediction"]["flags"]
+        assert (flags["ctx"], flags["cache_type_k"], flags["cache_type_v"], flags["draft_max"]) == (8192, "q8_0",
+                                                                                                  "q8_0", 8)
+        assert data["fits"] is True and data["max_ctx"] > 8192
+
+    def test_unknown_cache_type_is_a_usage_error(self) -> None:
+        res = CliRunner().invoke(app, ["fit", "--ctk", "q3_k"])
+        assert res.exit_code == 2 and "q8_0" in res.output
+
+
+@pytest.mark.slow
+class TestMeasured:
+    """The arithmetic against what the CPU build of llama-server allocates for the tiny pair."""
+
+    @pytest.mark.parametrize("flags", [
+        fit.FitFlags(ctx=2048, draft_max=15),
+        fit.FitFlags(ctx=3000, draft_max=4, ubatch=128, cache_type_k="q8_0", cache_type_v="q8_0", n_parallel=2),
+        fit.FitFlags(ctx=2048, draft_max=0, batch=2048, ubatch=512),
+    ], ids=["dflash", "dflash-q8-np2", "ar"])
+    def test_prediction_matches_the_buffers(self, recipe, flags: fit.FitFlags, tiny_pair, llama_bin,
+                                            tmp_path: Path) -> None:
+        m = fit.measure(recipe, flags, tiny_pair[0].parent, tmp_path, scale="tiny")
+        weights = fit.weights_from_plan(recipe, "tiny", "q4_k_m", "q4_k")
+        p = fit.predict(recipe, m.flags, scale="tiny", weights=weights, cuda=False)
+        assert set(m.components) == {c.key for c in p.components}
+        for c in p.components:
+            measured = m.components[c.key]
+            if c.key.endswith("compute"):  # fitted, not derived: within 10%
+                assert measured == pytest.approx(c.bytes / MIB, rel=0.10), c.key
+            else:  # exact up to the log's two decimals
+                assert measured == pytest.approx(c.bytes / MIB, abs=0.01), c.key

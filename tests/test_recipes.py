@@ -1,0 +1,144 @@
+"""Recipes: the shipped one loads; every validation error names the file and the dotted field;
+`buun recipes` lists name, description and source file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from buun_tool import paths, recipes
+from buun_tool.cli.app import app
+from buun_tool.errors import Exit
+
+
+def _shipped() -> dict[str, Any]:
+    return yaml.safe_load(recipes.load().source.read_text())
+
+
+def _write(tmp_path: Path, data: Any, name: str = "r.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False) if not isinstance(data, str) else data)
+    return path
+
+
+def _set(data: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
+    node = data
+    *parents, last = dotted.split(".")
+    for p in parents:
+        node = node[p]
+    if value is _DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return data
+
+
+_DELETE = object()
+
+
+def test_shipped_recipe_loads():
+    r = recipes.load()
+    assert r.name == recipes.DEFAULT_RECIPE and r.quantize == "Q4_K_M"
+    assert r.target.repo == "unsloth/Qwen3.5-27B-GGUF" and r.target_gguf.endswith(".gguf")
+    assert r.drafter.files == ("config.json", "model.safetensors")
+    # the target's config.json comes with the tokenizer files, from the tokenizer repo
+    assert r.repos()["tokenizer"].files[-1] == "config.json"
+    assert "config.json" not in r.tokenizer.files
+    assert r.expect["target_layer_ids"] == [1, 16, 31, 46, 61]
+
+
+def test_tiny_geometry_keeps_the_structure():
+    geo = recipes.load().geometry_for("tiny")
+    assert geo["target"]["hidden_size"] == geo["drafter"]["hidden_size"]
+    assert all(i < geo["target"]["num_hidden_layers"] for i in geo["drafter"]["target_layer_ids"])
+    assert geo["drafter"]["block_size"] == 16  # unchanged from the full geometry
+
+
+@pytest.mark.parametrize(("dotted", "value", "expected"), [
+    ("target.repo", _DELETE, "target.repo: expected a string (field missing)"),
+    ("drafter.repo", "no-slash", "drafter.repo: expected 'owner/name', got 'no-slash'"),
+    ("drafter.files", ["config.json", 3], "drafter.files: expected a list of file names"),
+    ("quantize", "Q3_XYZ", "quantize: expected one of Q4_K_M"),
+    ("geometry.target.hidden_size", "big", "geometry.target.hidden_size: expected a integer, got 'big'"),
+    ("geometry.drafter.block_size", 0, "geometry.drafter.block_size: expected a positive integer, got 0"),
+    ("geometry.drafter.target_layer_ids", [1, 99], "geometry.drafter.target_layer_ids: expected layer indices"),
+    ("expect.mask_token_id", "248070", "expect.mask_token_id: expected a integer"),
+])
+def test_validation_errors_name_file_and_field(tmp_path: Path, dotted: str, value: Any, expected: str):
+    path = _write(tmp_path, _set(_shipped(), dotted, value))
+    with pytest.raises(recipes.RecipeError) as info:
+        recipes.load(str(path))
+    assert info.value.message.startswith(f"{path}: ")
+    assert expected in info.value.message
+    assert info.value.exit_code == Exit.USAGE
+
+
+def test_server_flag_must_look_like_a_flag(tmp_path: Path):
+    data = _shipped()
+    data["server"]["flags"]["ngl"] = 99
+    with pytest.raises(recipes.RecipeError, match=r"server\.flags\.ngl: expected a llama-server flag"):
+        recipes.load(str(_write(tmp_path, data)))
+
+
+def test_not_yaml_and_not_a_mapping(tmp_path: Path):
+    with pytest.raises(recipes.RecipeError, match="not valid YAML"):
+        recipes.load(str(_write(tmp_path, "name: [unclosed\n")))
+    with pytest.raises(recipes.RecipeError, match="expected a mapping at the top level, got list"):
+        recipes.load(str(_write(tmp_path, "- a\n- b\n")))
+
+
+def test_unknown_name_lists_the_known_recipes():
+    with pytest.raises(recipes.RecipeError) as info:
+        recipes.load("no-such-recipe")
+    assert "unknown recipe 'no-such-recipe'" in info.value.message
+    assert recipes.DEFAULT_RECIPE in (info.value.hint or "")
+
+
+def test_missing_file_points_to_buun_recipes(tmp_path: Path):
+    with pytest.raises(recipes.RecipeError) as info:
+        recipes.load(str(tmp_path / "gone.yaml"))
+    assert "does not exist" in info.value.message and "buun recipes" in (info.value.hint or "")
+
+
+def test_a_user_recipe_overrides_the_shipped_one():
+    user = paths.config_dir() / "recipes"
+    user.mkdir(parents=True)
+    data = _shipped()
+    data["description"] = "mine"
+    _write(user, data, f"{recipes.DEFAULT_RECIPE}.yaml")
+    assert recipes.load().description == "mine"
+    assert recipes.load().source == user / f"{recipes.DEFAULT_RECIPE}.yaml"
+
+
+class TestCli:
+    def test_recipes_json(self):
+        res = CliRunner().invoke(app, ["recipes", "--json"])
+        assert res.exit_code == 0, res.output
+        rows = json.loads(res.stdout)
+        shipped = next(r for r in rows if r["name"] == recipes.DEFAULT_RECIPE)
+        assert shipped["source"] == str(paths.recipes_dir() / f"{recipes.DEFAULT_RECIPE}.yaml")
+        assert shipped["description"].startswith("Qwen3.5-27B") and shipped["error"] is None
+
+    def test_a_broken_recipe_is_listed_with_its_error_and_hides_no_other(self):
+        user = paths.config_dir() / "recipes"
+        user.mkdir(parents=True)
+        _write(user, _set(_shipped(), "quantize", "Q1"), "broken.yaml")
+        res = CliRunner().invoke(app, ["recipes", "--json"])
+        assert res.exit_code == 0, res.output
+        rows = {r["name"]: r for r in json.loads(res.stdout)}
+        assert "quantize: expected one of" in rows["broken"]["error"]
+        assert rows[recipes.DEFAULT_RECIPE]["error"] is None
+
+    def test_recipes_table(self):
+        res = CliRunner().invoke(app, ["recipes"])
+        assert res.exit_code == 0 and recipes.DEFAULT_RECIPE in res.stdout
+
+    def test_a_bad_recipe_file_is_a_usage_error(self, tmp_path: Path):
+        path = _write(tmp_path, _set(_shipped(), "drafter.repo", "x"))
+        res = CliRunner().invoke(app, ["drafter", str(path)])
+        assert res.exit_code == Exit.USAGE and "drafter.repo" in res.output

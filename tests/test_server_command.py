@@ -1,0 +1,220 @@
+"""The llama-server command line: flag parsing, recipe overrides by any spelling, drops,
+managed and secret flags, and `buun serve --print-cmd` through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from buun_tool.cli.app import app
+from buun_tool.errors import NotReadyError, UsageError
+from buun_tool.server import command, spec
+from buun_tool.server.command import canonical, merge, parse_args, recipe_flags
+
+
+class TestCanonical:
+    @pytest.mark.parametrize("spelling,expected", [
+        ("-c", "-c"), ("--ctx-size", "-c"), ("--ctx_size", "-c"),
+        ("-ngl", "-ngl"), ("--n-gpu-layers", "-ngl"), ("--gpu-layers", "-ngl"),
+        ("--draft-max", "--draft-max"), ("--spec-draft-n-max", "--draft-max"),
+        ("--spec-draft-n-min", "--draft-min"), ("--spec-draft-ngl", "-ngld"),
+        ("--no-jinja", "--jinja"), ("--no-webui", "--ui"), ("-nkvo", "-kvo"),
+        ("--some-new-flag", "--some-new-flag"),
+    ])
+    def test_spellings(self, spelling: str, expected: str) -> None:
+        assert canonical(spelling) == expected
+
+
+class TestParseArgs:
+    def test_values_switches_and_equals(self) -> None:
+        assert parse_args(["-c", "4096", "--jinja", "--spec-type=draft-dflash", "--seed", "-1", "-fa", "on"]) == [
+            ("-c", "4096"), ("--jinja", None), ("--spec-type", "draft-dflash"), ("--seed", "-1"), ("-fa", "on")]
+
+    def test_trailing_switch(self) -> None:
+        assert parse_args(["-ngl", "10", "--no-mmap"]) == [("-ngl", "10"), ("--no-mmap", None)]
+
+    def test_stray_value_is_refused(self) -> None:
+        with pytest.raises(UsageError, match="unexpected argument '4096'"):
+            parse_args(["4096"])
+
+
+RECIPE = {"--spec-type": "dflash", "-ngl": 99, "-c": 6048, "-cd": 256, "-fa": "on", "--draft-max": 16,
+          "--draft-min": 1, "--jinja": True, "--mlock": False}
+
+
+class TestMerge:
+    def test_recipe_flags_keep_order_true_is_switch_false_is_left_out(self) -> None:
+        assert recipe_flags(RECIPE) == [
+            ("--spec-type", "dflash"), ("-ngl", "99"), ("-c", "6048"), ("-cd", "256"), ("-fa", "on"),
+            ("--draft-max", "16"), ("--draft-min", "1"), ("--jinja", None)]
+
+    def test_override_by_other_spelling_takes_the_recipe_place(self) -> None:
+        out = merge(recipe_flags(RECIPE), parse_args(["--ctx-size", "4096", "--n-gpu-layers", "20"]))
+        assert out[1:3] == [("--n-gpu-layers", "20"), ("--ctx-size", "4096")]
+        assert ("-c", "6048") not in out and ("-ngl", "99") not in out
+
+    def test_upstream_names_replace_the_fork_names(self) -> None:
+        out = merge(recipe_flags(RECIPE), parse_args(["--spec-draft-n-max", "8", "--spec-type", "draft-dflash"]))
+        assert ("--spec-draft-n-max", "8") in out and ("--spec-type", "draft-dflash") in out
+        assert ("--draft-max", "16") not in out and ("--spec-type", "dflash") not in out
+
+    def test_negation_replaces_the_switch(self) -> None:
+        out = merge(recipe_flags(RECIPE), parse_args(["--no-jinja"]))
+        assert ("--jinja", None) not in out and out[-1] == ("--no-jinja", None)
+
+    def test_drop_and_new_flags(self) -> None:
+        out = merge(recipe_flags(RECIPE), parse_args(["-ctk", "q8_0", "-ctv", "q8_0"]), drops=["--ctx-size-draft"])
+        assert all(name != "-cd" for name, _ in out)
+        assert out[-2:] == [("-ctk", "q8_0"), ("-ctv", "q8_0")]
+
+    def test_repeated_override_flags_all_pass(self) -> None:
+        out = merge([], parse_args(["-ot", "a=CPU", "-ot", "b=CPU"]))
+        assert out == [("-ot", "a=CPU"), ("-ot", "b=CPU")]
+
+
+class TestManagedAndSecrets:
+    def test_managed_flags_are_refused_with_the_buun_option(self) -> None:
+        with pytest.raises(UsageError) as exc:
+            command.check_unmanaged(parse_args(["--model", "x.gguf"]), "the arguments after `--`")
+        assert "--model" in str(exc.value.hint)
+        with pytest.raises(UsageError, match="--port"):
+            command.check_unmanaged([("--port", "1")], "x")
+
+    def test_metrics_cannot_be_dropped(self) -> None:
+        with pytest.raises(UsageError, match="always"):
+            command.check_drops(["--metrics"])
+
+    def test_api_key_leaves_the_argv(self) -> None:
+        flags, key = command.take_secret(parse_args(["--api-key", "s3cret", "-c", "1"]))
+        assert key == "s3cret" and flags == [("-c", "1")]
+        argv = command.server_argv("/bin/llama-server", "t.gguf", "d.gguf", "127.0.0.1", 8080, flags)
+        assert "s3cret" not in argv
+        assert argv[:5] == ["/bin/llama-server", "-m", "t.gguf", "-md", "d.gguf"]
+        assert argv[-5:] == ["--host", "127.0.0.1", "--port", "8080", "--metrics"]
+        assert command.display(argv, key).startswith("LLAMA_API_KEY=**** ")
+
+    def test_mask(self) -> None:
+        assert command.mask(["x", "--api-key", "k", "-hft", "t", "-c", "1"]) == [
+            "x", "--api-key", "****", "-hft", "****", "-c", "1"]
+
+    def test_child_env_carries_the_key_only_as_llama_api_key(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("BUUN_API_KEY", "k1")
+        monkeypatch.setenv("LLAMA_API_KEY", "stale")
+        env = spec.child_env("k2")
+        assert env["LLAMA_API_KEY"] == "k2" and "BUUN_API_KEY" not in env
+        assert "LLAMA_API_KEY" not in spec.child_env(None)
+
+    @pytest.mark.parametrize("host,loop", [("127.0.0.1", True), ("::1", True), ("localhost", True),
+                                           ("/tmp/s.sock", True), ("0.0.0.0", False), ("192.168.1.2", False)])
+    def test_loopback(self, host: str, loop: bool) -> None:
+        assert command.is_loopback(host) is loop
+
+    def test_probe_address_of_a_wildcard_bind(self) -> None:
+        assert command.base_url("0.0.0.0", 8080) == "http://127.0.0.1:8080"
+        assert command.base_url("::", 9) == "http://[::1]:9"
+
+
+class TestPolicy:
+    def test_backoff_doubles_up_to_the_cap(self) -> None:
+        p = spec.Policy(backoff_initial=1, backoff_max=5)
+        assert [p.backoff(n) for n in (1, 2, 3, 4)] == [1, 2, 4, 5]
+
+    def test_bad_values(self) -> None:
+        with pytest.raises(UsageError):
+            spec.Policy(max_crashes=0).validate()
+        with pytest.raises(UsageError):
+            spec.Policy(backoff_initial=-1).validate()
+
+
+def test_default_models_says_what_to_run() -> None:
+    from buun_tool import pull, recipes
+
+    recipe = recipes.load()
+    with pytest.raises(NotReadyError) as exc:
+        spec.default_models(recipe)
+    assert "buun pull" in str(exc.value.hint)
+    target = pull.layout(recipe).target_gguf  # pulled, but the drafter not converted yet
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"GGUF")
+    with pytest.raises(NotReadyError) as exc:
+        spec.default_models(recipe)
+    assert "buun convert" in str(exc.value.hint)
+
+
+# --- through the CLI ------------------------------------------------------------------------
+
+@pytest.fixture
+def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """--print-cmd needs only a binary path; it never runs it."""
+    d = tmp_path / "bin"
+    d.mkdir()
+    (d / "llama-server").write_text("#!/bin/sh\nexit 1\n")
+    monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(d))
+    return d
+
+
+def flat(text: str) -> str:
+    """Output with rich's line wrapping undone."""
+    return " ".join(text.split())
+
+
+class TestPrintCmd:
+    def run(self, *args: str):
+        return CliRunner().invoke(app, ["serve", "--model", "/m/t.gguf", "--draft", "/m/d.gguf", "--print-cmd", *args])
+
+    def test_recipe_flags_unchanged_plus_what_buun_adds(self, fake_bin: Path) -> None:
+        r = self.run()
+        assert r.exit_code == 0, r.output
+        assert r.stdout.strip() == (
+            f"{fake_bin}/llama-server -m /m/t.gguf -md /m/d.gguf --spec-type dflash -ngl 99 -ngld 99 -np 1 "
+            "-c 6048 -cd 256 -fa on -b 256 -ub 64 --draft-max 16 --draft-min 1 --jinja "
+            "--host 127.0.0.1 --port 8080 --metrics")
+
+    def test_overrides_drops_and_a_masked_key(self, fake_bin: Path) -> None:
+        r = self.run("--drop", "-cd", "--port", "9001", "--api-key", "hunter2", "--", "--ctx-size", "4096",
+                     "--spec-draft-n-max", "8", "-ctk", "q8_0")
+        assert r.exit_code == 0, r.output
+        out = r.stdout
+        assert "hunter2" not in r.output and out.startswith("LLAMA_API_KEY=**** ")
+        assert " -cd " not in out and " -c 6048" not in out and "--draft-max" not in out
+        assert "--ctx-size 4096" in out and "--spec-draft-n-max 8" in out and out.rstrip().endswith(
+            "-ctk q8_0 --host 127.0.0.1 --port 9001 --metrics")
+
+    def test_open_bind_without_key_warns(self, fake_bin: Path) -> None:
+        r = self.run("--host", "0.0.0.0")
+        assert r.exit_code == 0
+        r = CliRunner().invoke(app, ["serve", "--model", "/m/t.gguf", "--draft", "/m/d.gguf", "--host", "0.0.0.0",
+                                     "--port", "1"], env={"BUUN_LLAMA_BIN_DIR": str(fake_bin)})
+        assert "no API key is set" in flat(r.stderr)
+        assert r.exit_code == 3  # and then: the model files do not exist
+        assert "/m/t.gguf does not exist" in flat(r.stderr)
+
+    def test_managed_flag_after_dashes(self, fake_bin: Path) -> None:
+        r = self.run("--", "-m", "other.gguf")
+        assert r.exit_code == 2 and "buun serve --model" in flat(r.stderr)
+
+    def test_missing_models_point_to_pull(self, fake_bin: Path) -> None:
+        r = CliRunner().invoke(app, ["serve", "--print-cmd"])
+        assert r.exit_code == 3 and "buun pull" in flat(r.stderr)
+
+    def test_missing_binary_points_to_build(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(tmp_path))
+        r = self.run()
+        assert r.exit_code == 3 and "buun build" in flat(r.stderr)
+
+
+def test_spec_round_trips_through_json(fake_bin: Path) -> None:
+    s, key = spec.resolve(None, model=Path("/m/t.gguf"), draft=Path("/m/d.gguf"),
+                          extra=["--api-key", "zz-secret-zz", "-c", "9"])
+    assert key == "zz-secret-zz"
+    saved = json.dumps(s.to_json())
+    assert "zz-secret-zz" not in saved
+    assert spec.LaunchSpec.from_json(json.loads(saved)) == s
+
+
+def test_error_hints_know_which_recipe_flags_the_user_replaced(fake_bin: Path) -> None:
+    s, _ = spec.resolve(None, model=Path("/m/t.gguf"), draft=Path("/m/d.gguf"), extra=["--ctx-size", "1"])
+    assert "-c" not in s.recipe_flags and "-cd" in s.recipe_flags and "--jinja" in s.recipe_flags

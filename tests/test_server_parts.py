@@ -1,0 +1,240 @@
+"""The supervisor's parts on their own: /metrics parsing, log-line diagnosis, the rotating log,
+nvidia-smi parsing, the state record and transitions, instance locks and stale PIDs, process groups."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from buun_tool.errors import Exit
+from buun_tool.server import gpu, logfile, loglines, metrics, process
+from buun_tool.server.instance import Instance, live, ref_of
+from buun_tool.server.state import TRANSITIONS, ProcRef, Record, State
+
+# Shaped like server_task_result_metrics::to_metrics() of the pinned llama.cpp.
+METRICS = """\
+# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed, excluding cached tokens
+# TYPE llamacpp:prompt_tokens_total counter
+llamacpp:prompt_tokens_total 17
+llamacpp:tokens_predicted_total 160
+llamacpp:tokens_predicted_seconds_total 2
+# HELP llamacpp:spec_decode_num_draft_tokens_total Speculative: Total draft tokens generated
+# TYPE llamacpp:spec_decode_num_draft_tokens_total counter
+llamacpp:spec_decode_num_draft_tokens_total 300
+llamacpp:spec_decode_num_accepted_tokens_total 120
+llamacpp:spec_decode_num_drafts_total 20
+llamacpp:requests_processing 0
+# HELP llamacpp:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position
+# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter
+llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 18
+llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="2"} 7
+llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 12
+"""
+
+
+class TestMetrics:
+    def test_parse(self) -> None:
+        samples = metrics.parse(METRICS + "garbage line\nllamacpp:bad NaNx\n")
+        assert samples[metrics.DRAFTS][()] == 20
+        assert samples[metrics.PER_POS][(("position", "1"),)] == 12
+        assert "garbage" not in samples
+
+    def test_dflash_figures(self) -> None:
+        s = metrics.dflash_stats(metrics.parse(METRICS))
+        assert s is not None
+        assert (s.drafts, s.drafted, s.accepted) == (20, 300, 120)
+        assert s.acceptance_rate == pytest.approx(0.4)
+        assert s.mean_accepted == pytest.approx(6.0)
+        assert s.mean_acceptance_length == pytest.approx(7.0)  # accepted per step + the bonus token
+        assert s.accepted_per_position == [18, 12, 7]
+        assert s.tokens_per_second == pytest.approx(80.0)
+
+    def test_no_drafts_yet_and_no_speculation(self) -> None:
+        s = metrics.dflash_stats(metrics.parse("llamacpp:spec_decode_num_drafts_total 0\n"))
+        assert s is not None and s.acceptance_rate is None and s.mean_acceptance_length is None
+        assert metrics.dflash_stats(metrics.parse("llamacpp:prompt_tokens_total 1\n")) is None
+
+
+class TestLogLines:
+    def test_phases_only_move_forward(self) -> None:
+        assert loglines.phase_of("I srv    load_model: loading model '/x.gguf'") == "loading the target model"
+        assert loglines.phase_of("I srv  llama_server: model loaded", "warming up") == "model loaded"
+        assert loglines.phase_of("I srv    load_model: loading model '/x.gguf'", "model loaded") is None
+
+    def test_unknown_flag_from_the_recipe_or_from_the_user(self) -> None:
+        f = loglines.diagnose(["error: invalid argument: -cd"], recipe_flags=["-cd", "-c"])
+        assert f is not None and f.kind == "bad-flag" and f.fatal and f.exit_code == Exit.USAGE
+        assert "-cd" in f.message and "buun patch" in (f.hint or "")
+        f = loglines.diagnose(["x", "error: invalid argument: --frobnicate"], recipe_flags=["-cd"])
+        assert f is not None and "--frobnicate" in f.message and "after `--`" in (f.hint or "")
+
+    def test_bad_value(self) -> None:
+        f = loglines.diagnose(['error while handling argument "--draft-max": the argument has been removed. '
+                               "use --spec-draft-n-max", "", "usage:"], recipe_flags=["--draft-max"])
+        assert f is not None and f.kind == "bad-value"
+        assert "--draft-max" in f.message and "has been removed" in f.message
+
+    def test_out_of_memory_keeps_what_llama_printed(self) -> None:
+        lines = ["load_tensors: loading model tensors",
+                 "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 8192.00 MiB on device 0: cudaMalloc failed: "
+                 "out of memory", "llama_model_load: error loading model: unable to allocate CUDA0 buffer"]
+        f = loglines.diagnose(lines)
+        assert f is not None and f.kind == "oom"
+        assert "8192.00 MiB" in f.message and "-ctk q8_0" in (f.hint or "") and "-c 4096" in (f.hint or "")
+
+    def test_model_and_drafter_and_bind(self) -> None:
+        f = loglines.diagnose(["E srv    load_model: failed to load model, '/x.gguf'"])
+        assert f is not None and f.kind == "model" and "model" in f.message and f.exit_code == Exit.NOT_READY
+        f = loglines.diagnose(["E srv    load_model: failed to load draft model, '/d.gguf'"])
+        assert f is not None and "drafter" in f.message
+        f = loglines.diagnose(["E srv  start: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 80"])
+        assert f is not None and f.kind == "bind" and f.exit_code == Exit.CONFLICT
+
+    def test_normal_chatter_is_not_a_failure(self) -> None:
+        chatter = ["E llama_init_from_model: failed to initialize the context: dflash requires ctx_other to be "
+                   "set (this warning is normal during memory fitting)",
+                   "W operator(): failed to measure the memory of the extra model, fitting without it"]
+        assert loglines.diagnose(chatter) is None
+        assert loglines.notable(chatter + ["GGML_ASSERT(x) failed", "CUDA error: an illegal memory access"]) == [
+            "GGML_ASSERT(x) failed", "CUDA error: an illegal memory access"]
+
+    def test_summary_puts_known_failure_lines_first(self) -> None:
+        lines = [f"line {i}" for i in range(30)] + ["0.01.000.000 E GGML_ASSERT(ok) failed"] * 2 + ["end"]
+        text = loglines.summary(lines, n_last=3)
+        assert text.count("GGML_ASSERT(ok) failed") == 1 and "0.01.000.000" not in text  # once, prefix cut
+        assert text.index("GGML_ASSERT") < text.index("other last lines") and "line 29" in text
+        assert "line 27" not in text
+
+
+class TestLogFile:
+    def test_rotation_keeps_a_few(self, tmp_path: Path) -> None:
+        log = logfile.RotatingLog(tmp_path / "server.log", max_bytes=100, keep=2)
+        for i in range(40):
+            log.write(f"line {i:02d} ........")  # 20 bytes a line: 5 lines a file
+        log.close()
+        names = sorted(p.name for p in tmp_path.iterdir())
+        assert names == ["server.log", "server.log.1", "server.log.2"]
+        assert all(p.stat().st_size <= 100 for p in tmp_path.iterdir())
+        assert logfile.tail(tmp_path / "server.log", 7) == [f"line {i:02d} ........" for i in range(33, 40)]
+
+    def test_follow_sees_new_lines_across_a_rotation(self, tmp_path: Path) -> None:
+        path = tmp_path / "server.log"
+        log = logfile.RotatingLog(path, max_bytes=60, keep=3)
+        log.write("before follow")
+        stop = threading.Event()
+        seen: list[str] = []
+
+        def reader() -> None:
+            for line in logfile.follow(path, poll=0.02, stop=stop):
+                seen.append(line)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        time.sleep(0.2)
+        for i in range(6):
+            log.write(f"new line {i} ....")  # 18 bytes: rotates after 3
+            time.sleep(0.05)
+        deadline = time.monotonic() + 5
+        while len(seen) < 6 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stop.set()
+        t.join(5)
+        log.close()
+        assert seen == [f"new line {i} ...." for i in range(6)]
+
+
+def test_gpu_parsing() -> None:
+    assert gpu.parse_apps("1234, 20100\n99, 10\nbad\n1234, 5\n") == {1234: 20105, 99: 10}
+    assert gpu.parse_gpus("0, 21000, 24576\n") == [{"index": 0, "used_mib": 21000, "total_mib": 24576}]
+
+
+class TestState:
+    def test_record_round_trip(self) -> None:
+        r = Record(name="a", run_id="r", state=State.BACKOFF, server=ProcRef(5, 1.5), error={"message": "m"})
+        again = Record.from_json(r.to_json())
+        assert again == r and again.state is State.BACKOFF
+
+    def test_no_way_out_of_failed_and_stopped_only_to_start(self) -> None:
+        assert TRANSITIONS[State.FAILED] == frozenset()
+        assert State.READY not in TRANSITIONS[State.STOPPED]
+        assert all(s in TRANSITIONS for s in State)
+
+
+class TestInstance:
+    def test_lock_is_exclusive_between_open_files(self) -> None:
+        inst = Instance("one")
+        fd = inst.try_lock()
+        assert fd is not None
+        try:
+            assert inst.try_lock() is None and inst.is_locked()
+        finally:
+            os.close(fd)
+        assert not inst.is_locked()
+
+    def test_bad_names(self) -> None:
+        from buun_tool.errors import UsageError
+
+        for bad in ("", "../x", "a b", "-x"):
+            with pytest.raises(UsageError):
+                Instance(bad)
+
+    def test_reused_pid_is_not_ours(self) -> None:
+        me = ref_of(os.getpid())
+        assert live(me) is not None
+        assert live(ProcRef(me.pid, me.create_time - 100)) is None  # same PID, another start time
+        assert live(me, "llama-server") is None  # same process, not the program named
+        assert live(ProcRef(2**22 + 12345, 0.0)) is None
+
+
+class TestProcess:
+    def test_stop_group_kills_children_that_ignore_sigterm(self) -> None:
+        # a parent that ignores SIGTERM with a child that ignores it too: both need SIGKILL
+        code = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "subprocess.Popen([sys.executable, '-c', 'import signal,time; "
+                "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)']); print('up', flush=True); "
+                "time.sleep(60)")
+        p = process.spawn([sys.executable, "-c", code], dict(os.environ), stdout=subprocess.PIPE)
+        assert p.stdout is not None and p.stdout.readline().strip() == b"up"
+        members = psutil.Process(p.pid).children() + [psutil.Process(p.pid)]
+        t0 = time.monotonic()
+        assert process.stop_group(p.pid, grace=0.5, child=p) == "killed"
+        assert time.monotonic() - t0 < 5
+        assert not any(m.is_running() and m.status() != psutil.STATUS_ZOMBIE for m in members)
+
+    def test_child_dies_with_its_parent(self) -> None:
+        # a middle process spawns a sleeper via process.spawn, then is SIGKILLed
+        code = ("import os, time; from buun_tool.server import process; "
+                "p = process.spawn(['sleep', '60'], dict(os.environ), stdout=None); print(p.pid, flush=True); "
+                "time.sleep(60)")
+        mid = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                               cwd=Path(__file__).resolve().parent.parent)
+        assert mid.stdout is not None
+        sleeper = psutil.Process(int(mid.stdout.readline()))
+        mid.send_signal(signal.SIGKILL)
+        mid.wait()
+        sleeper.wait(5)  # raises TimeoutExpired if the death signal did not come
+        assert not sleeper.is_running()
+
+    def test_port_holder_names_the_process(self) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            port = s.getsockname()[1]
+            assert not process.port_free("127.0.0.1", port)
+            holder = process.port_holder(port)
+            assert holder is not None and holder.pid == os.getpid()
+            assert f"pid {os.getpid()}" in holder.describe()
+        assert process.port_free("127.0.0.1", port)
+
+    def test_exit_reason(self) -> None:
+        assert process.exit_reason(-9) == "was killed by SIGKILL"
+        assert process.exit_reason(1) == "exited with code 1"

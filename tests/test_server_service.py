@@ -1,0 +1,104 @@
+"""`buun service install`: the systemd user unit's content (written, not started without --now)."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from buun_tool.cli.app import app
+from buun_tool.server import service
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def unit_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """An isolated systemd user folder, a fake llama-server, model files, and a record of systemctl use."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "llama-server").write_text("#!/bin/sh\n")
+    monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(bindir))
+    models = tmp_path / "my models"
+    models.mkdir()
+    for f in ("t.gguf", "d.gguf"):
+        (models / f).write_bytes(b"GGUF")
+    calls: list[str] = []
+    monkeypatch.setattr(service, "enable_now", lambda name: calls.append(name))
+    return {"models": models, "calls": calls, "dir": tmp_path / "xdg" / "systemd" / "user"}
+
+
+def install(env: dict, *args: str):
+    m = env["models"]
+    return CliRunner().invoke(app, ["service", "install", "--model", str(m / "t.gguf"), "--draft", str(m / "d.gguf"),
+                                    *args])
+
+
+def exec_start(unit: str) -> list[str]:
+    line = next(ln for ln in unit.splitlines() if ln.startswith("ExecStart="))
+    return shlex.split(line[len("ExecStart="):])
+
+
+def test_unit_runs_buun_serve_in_the_foreground(unit_env: dict) -> None:
+    r = install(unit_env, "--name", "main", "--port", "9090", "--max-crashes", "7", "--drop", "-cd",
+                "--", "-c", "4096", "--spec-type", "draft-dflash")
+    assert r.exit_code == 0, r.output
+    unit_file = unit_env["dir"] / "buun-main.service"
+    unit = unit_file.read_text()
+    assert unit_env["calls"] == []  # written, not started
+    argv = exec_start(unit)
+    m = unit_env["models"]
+    assert argv[:4] == [sys.executable, "-m", "buun_tool", "serve"]
+    assert argv[4:] == ["qwen3.5-27b-dflash", "--name", "main", "--host", "127.0.0.1", "--port", "9090",
+                        "--model", str(m / "t.gguf"), "--draft", str(m / "d.gguf"), "--drop=-cd",
+                        "--max-crashes", "7", "--", "-c", "4096", "--spec-type", "draft-dflash"]
+    for line in ("[Service]", "Type=simple", "KillMode=mixed", "Restart=on-failure",
+                 "ExecReload=/bin/kill -HUP $MAINPID", "WantedBy=default.target", f"WorkingDirectory={ROOT}"):
+        assert line in unit.splitlines(), line
+    assert 'Environment="BUUN_LLAMA_BIN_DIR=' in unit  # the service sees the same binaries and folders
+    assert "TimeoutStopSec=30" in unit  # the supervisor's grace (15 s) plus room to exit
+    assert "systemctl --user enable --now buun-main.service" in " ".join(r.stderr.split())
+
+
+def test_the_unit_command_is_one_buun_serve_accepts(unit_env: dict) -> None:
+    assert install(unit_env, "--name", "x", "--", "-ngl", "20").exit_code == 0
+    argv = exec_start((unit_env["dir"] / "buun-x.service").read_text())
+    at = argv.index("--")
+    r = subprocess.run([*argv[:at], "--print-cmd", *argv[at:]], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert " -ngl 20 " in r.stdout and " -ngl 99 " not in r.stdout
+
+
+def test_now_starts_it_and_other_settings_need_force(unit_env: dict) -> None:
+    assert install(unit_env, "--name", "n", "--now").exit_code == 0
+    assert unit_env["calls"] == ["n"]
+    r = install(unit_env, "--name", "n", "--port", "1234")
+    assert r.exit_code == 1 and "--force" in " ".join(r.stderr.split())
+    assert install(unit_env, "--name", "n", "--port", "1234", "--force").exit_code == 0
+    assert "--port 1234" in " ".join(exec_start((unit_env["dir"] / "buun-n.service").read_text()))
+
+
+def test_an_api_key_is_never_written(unit_env: dict) -> None:
+    r = install(unit_env, "--name", "k", "--", "--api-key", "sekrit")
+    assert r.exit_code == 2 and "--api-key-file" in " ".join(r.stderr.split())
+    assert not (unit_env["dir"] / "buun-k.service").exists()
+    assert install(unit_env, "--name", "k", "--host", "0.0.0.0", "--", "--api-key-file", "/etc/k").exit_code == 0
+
+
+def test_uninstall(unit_env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service.shutil, "which", lambda name: None)  # no systemctl to call
+    assert install(unit_env, "--name", "u").exit_code == 0
+    r = CliRunner().invoke(app, ["service", "uninstall", "u"])
+    assert r.exit_code == 0 and not (unit_env["dir"] / "buun-u.service").exists()
+    assert CliRunner().invoke(app, ["service", "uninstall", "u"]).exit_code == 2
+
+
+@pytest.mark.parametrize("arg,quoted", [("plain", "plain"), ("/a b/c", '"/a b/c"'), ("100%", "100%%"),
+                                        ("$HOME", "$$HOME"), ('say "hi"', '"say \\"hi\\""')])
+def test_exec_start_quoting(arg: str, quoted: str) -> None:
+    assert service.quote(arg) == quoted
