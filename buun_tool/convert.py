@@ -70,6 +70,9 @@ def converter_python(cache: Path | None = None) -> Path:
     which needs huggingface_hub < 1.0, while buun runs on huggingface_hub 2.x; and installing
     torch must not touch the user's own environment.
     """
+    override = os.environ.get("BUUN_CONVERTER_PYTHON")
+    if override:  # an interpreter that already has torch and transformers: offline machines
+        return Path(shutil.which(override) or override)
     env = converter_env_dir(cache)
     python = env / "bin" / "python"
     stamp = _read_env_stamp(env)

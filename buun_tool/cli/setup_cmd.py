@@ -1,0 +1,76 @@
+"""`buun setup`: doctor -> vendor -> patch -> build -> pull -> drafter -> convert -> serve -> smoke test.
+
+    buun setup [RECIPE] [--yes] [--cpu] [--dry-run] [--models-dir DIR] [--recipe-file PATH]
+               [--host H] [--port P] [--api-key KEY] [-- LLAMA_SERVER_FLAGS...]
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from buun_tool import console, doctor, paths, recipes
+from buun_tool import setup as setup_stage
+from buun_tool.errors import UsageError
+from buun_tool.server import spec as spec_mod
+
+_STYLE = {"skip": "green", "run": "yellow", "check": "cyan"}
+
+
+def setup(
+    ctx: typer.Context,
+    recipe: Annotated[str | None, typer.Argument(help="Recipe name (default: qwen3.5-27b-dflash).")] = None,
+    recipe_file: Annotated[Path | None, typer.Option("--recipe-file", help="A recipe YAML file of your own.")] = None,
+    models_dir: Annotated[Path | None, typer.Option("--models-dir", help="Where models go (default: XDG data dir).")]
+    = None,
+    cpu: Annotated[bool, typer.Option("--cpu", help="Build for the CPU (machines without a GPU, CI).")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and exit.")] = False,
+    host: Annotated[str, typer.Option("--host", help="Address the server binds.")] = spec_mod.DEFAULT_HOST,
+    port: Annotated[int, typer.Option("--port", help="Port of the server.")] = spec_mod.DEFAULT_PORT,
+    api_key: Annotated[str | None, typer.Option("--api-key", help="Require this key from clients.",
+                                                envvar=spec_mod.API_KEY_ENV, show_envvar=False)] = None,
+) -> None:
+    """Set up everything and start the server: each stage is skipped when already done.
+
+    Flags after `--` go to llama-server, overriding the recipe's (e.g. `-- -c 16384`)."""
+    if recipe and recipe_file:
+        raise UsageError("give a recipe name or --recipe-file, not both")
+    r = recipes.load(str(recipe_file) if recipe_file else recipe)
+    context = setup_stage.Context(r, models_dir=models_dir, cpu=cpu, host=host, port=port, api_key=api_key,
+                                  extra=list(ctx.args))
+    if dry_run:
+        _print_plan(context)
+        return
+    spec, result = setup_stage.run(context, yes=yes)
+    console.out.print(setup_stage.summary(spec, result, has_key=bool(api_key)))
+
+
+def _print_plan(context: setup_stage.Context) -> None:
+    table = Table(box=None, show_header=True, header_style="bold")
+    for col in ("stage", "action", "what"):
+        table.add_column(col, overflow="fold")
+    rows = setup_stage.plan(context)
+    for row in rows:
+        table.add_row(row.stage, f"[{_STYLE[row.action]}]{row.action}[/]", row.what)
+    console.out.print(table)
+    for row in rows:  # long details below the table, where they are not wrapped into a column
+        if row.detail:
+            label = "server command" if row.stage == "serve" else row.stage
+            console.out.print(f"{label}: {row.detail}")
+    root = context.layout.root
+    probe = next((p for p in [root, *root.parents] if p.exists()), Path("/"))
+    console.out.print(f"disk: {doctor.disk_needed(context.recipe) / 2**30:.1f} GiB needed in all for "
+                      f"{context.recipe.name}, {shutil.disk_usage(probe).free / 2**30:.1f} GiB free at {probe}")
+    console.out.print(f"models: {root}   state: {paths.state_dir()}")
+
+
+def register(app: typer.Typer) -> None:
+    from buun_tool.cli.app import PIPELINE
+
+    app.command(rich_help_panel=PIPELINE,
+                context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(setup)

@@ -1,0 +1,335 @@
+"""`buun setup`: every stage in order, resumable, ending with a served and smoke-tested model.
+
+Each stage records its completion with a stamp of its inputs (`paths.stamps_dir()`); a re-run
+skips a stage whose inputs are unchanged and whose outputs are still there, and redoes one whose
+inputs changed (a new pin, patch, recipe revision). Stages are atomic on their own (vendor and
+convert rename finished work into place, pull resumes partial files, build has its own stamp),
+so a run killed anywhere completes when started again. The cheap, self-checking stages (doctor,
+build, serve) run every time: each is a no-op in about a second when nothing changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from buun_tool import build, console, doctor, drafter, fit, patches, paths, pull, vendor
+from buun_tool import convert as convert_stage
+from buun_tool.errors import BuunError, Exit, NotReadyError, UsageError
+from buun_tool.recipes import Recipe
+from buun_tool.server import command, control, instance
+from buun_tool.server import spec as spec_mod
+
+SMOKE_PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
+SMOKE_TOKENS = 128
+
+
+@dataclass
+class Context:
+    recipe: Recipe
+    models_dir: Path | None = None
+    cpu: bool = False
+    host: str = spec_mod.DEFAULT_HOST
+    port: int = spec_mod.DEFAULT_PORT
+    api_key: str | None = None
+    extra: list[str] = field(default_factory=list)  # llama-server flags overriding the recipe's
+
+    @property
+    def layout(self) -> pull.Layout:
+        return pull.layout(self.recipe, self.models_dir)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    what: str
+    run: Callable[[Context], Any]
+    # stamped stages: the inputs that decide whether the stage must run again, and a cheap check
+    # that its outputs are still in place; None = the stage runs every time (it is its own no-op)
+    inputs: Callable[[Context], dict[str, Any]] | None = None
+    done: Callable[[Context], bool] | None = None
+
+
+# --- stamps ---------------------------------------------------------------------------------
+
+def _stamp_file(ctx: Context, stage: str) -> Path:
+    return paths.stamps_dir() / ctx.recipe.name / f"{stage}.json"
+
+
+def _digest(inputs: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def is_done(stage: Stage, ctx: Context) -> bool:
+    """Finished before, with the same inputs, and its outputs still in place."""
+    if stage.inputs is None or stage.done is None:
+        return False
+    try:
+        stamp = json.loads(_stamp_file(ctx, stage.name).read_text())
+        return stamp.get("inputs") == _digest(stage.inputs(ctx)) and stage.done(ctx)
+    except (FileNotFoundError, json.JSONDecodeError, BuunError):
+        return False  # no stamp, or an earlier stage is missing: the stage must run
+
+
+def _mark_done(stage: Stage, ctx: Context) -> None:
+    if stage.inputs is None:
+        return
+    f = _stamp_file(ctx, stage.name)
+    f.parent.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"inputs": _digest(stage.inputs(ctx)), "finished": time.time()}) + "\n")
+    tmp.replace(f)
+
+
+def _quiet(check: Callable[[], Any]) -> bool:
+    try:
+        check()
+        return True
+    except BuunError:
+        return False
+
+
+# --- the stages -----------------------------------------------------------------------------
+
+def _doctor(ctx: Context) -> None:
+    checks = doctor.run_checks(ctx.recipe, cpu_only=ctx.cpu)
+    failed = [c for c in checks if c.failed]
+    if failed:
+        raise BuunError("the machine is not ready:\n  " + "\n  ".join(f"{c.name}: {c.detail}" for c in failed),
+                        "; ".join(c.fix for c in failed if c.fix) or "run `buun doctor` for details",
+                        exit_code=Exit.NOT_READY)
+    gpus = [] if ctx.cpu else build.detect_gpus()
+    if gpus:
+        _check_gpu_memory(ctx, gpus[0])
+    console.ok("doctor: the required checks pass" + ("" if gpus else " (no GPU: CPU build)"))
+
+
+def _check_gpu_memory(ctx: Context, gpu: build.Gpu) -> None:
+    """Before any download: would the recipe's server fit this GPU at all?"""
+    flags = fit.flags_from_recipe(ctx.recipe)
+    need = fit.predict(ctx.recipe, flags)
+    gib = gpu.memory_mib / 1024
+    if fit.fits(need, gib, margin_gib=0.25):
+        return
+    best = fit.max_context(ctx.recipe, flags, gib)
+    hint = (f"the largest context that fits is -c {best}: pass `-- -c {best}` or a smaller KV cache type "
+            f"(`-- -ctk q8_0 -ctv q8_0`); `buun fit {ctx.recipe.name} --gpu-mem {gib:.0f}` shows the options"
+            if best else f"`buun fit {ctx.recipe.name} --gpu-mem {gib:.0f}` shows what would fit")
+    raise BuunError(f"{ctx.recipe.name} needs about {need.total / 2**30:.1f} GiB of GPU memory with its settings; "
+                    f"{gpu.name} has {gib:.1f} GiB", hint, exit_code=Exit.NOT_READY)
+
+
+def _build(ctx: Context) -> None:
+    build.build(build.plan(cpu=ctx.cpu))
+
+
+def _pull_inputs(ctx: Context) -> dict[str, Any]:
+    return {role: [s.repo, s.revision, sorted(s.files)] for role, s in ctx.recipe.repos().items()}
+
+
+def _commits(ctx: Context, roles: tuple[str, ...]) -> dict[str, Any]:
+    out = {}
+    for role in roles:
+        manifest = pull.read_manifest(ctx.layout.role_dir(role)) or {}
+        out[role] = manifest.get("commit")
+    return out
+
+
+def _pulled(ctx: Context) -> bool:
+    return all(_quiet(lambda r=role: pull.require_pulled(ctx.recipe, r, ctx.models_dir)) for role in pull.ROLES)
+
+
+def _convert_inputs(ctx: Context) -> dict[str, Any]:
+    pin = vendor.load_pin()
+    return {"sources": _commits(ctx, ("drafter", "tokenizer")), "quant": ctx.recipe.quantize,
+            "pin": pin.tree, "patches": patches.fingerprint()}
+
+
+def _serve(ctx: Context) -> spec_mod.LaunchSpec:
+    lay = ctx.layout
+    spec, key = spec_mod.resolve(str(ctx.recipe.source), model=lay.target_gguf, draft=lay.drafter_gguf(),
+                                 host=ctx.host, port=ctx.port, extra=list(ctx.extra), api_key=ctx.api_key)
+    inst = instance.Instance(spec.name)
+    current = control.status(inst, key)
+    if current.get("state") == "ready" and _same_launch(inst, spec):
+        console.ok(f"{spec.name} is already running: {spec.url}")
+        return spec
+    if current.get("state") not in (None, "stopped", "failed"):
+        console.step(f"{spec.name} runs with other settings: restarting it")
+        control.stop(inst)
+    spec.check_files()
+    console.step(f"starting {spec.name} on {spec.url}")
+    control.start_detached(spec, key, True, lambda text: console.info(f"    {text}"))
+    console.ok(f"{spec.name} is ready: {spec.url}")
+    return spec
+
+
+def _same_launch(inst: instance.Instance, spec: spec_mod.LaunchSpec) -> bool:
+    running = inst.read_spec()
+    return bool(running) and spec_mod.LaunchSpec.from_json(running).argv == spec.argv
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("doctor", "check the OS, GPU, toolchain, disk and GPU memory", _doctor),
+    Stage("vendor", "fetch the pinned llama.cpp into vendor/llama.cpp", lambda ctx: vendor.vendor(),
+          inputs=lambda ctx: {"pin": vendor.load_pin().tree},
+          done=lambda ctx: vendor.state().at_pin),
+    Stage("patch", "apply the patch series", lambda ctx: patches.apply(),
+          inputs=lambda ctx: {"pin": vendor.load_pin().tree, "patches": patches.fingerprint()},
+          done=lambda ctx: all(s.state == "applied" for s in patches.status())),
+    Stage("build", "build llama.cpp (a no-op when its stamp matches)", _build),
+    Stage("pull", "download the target GGUF, the drafter and the tokenizer",
+          lambda ctx: pull.pull(ctx.recipe, ctx.models_dir),
+          inputs=_pull_inputs, done=_pulled),
+    Stage("drafter", "copy the tokenizer files into the drafter folder",
+          lambda ctx: drafter.prepare(ctx.recipe, ctx.models_dir),
+          inputs=lambda ctx: _commits(ctx, ("drafter", "tokenizer")),
+          done=lambda ctx: _quiet(lambda: drafter.check_folder(ctx.recipe, ctx.models_dir))),
+    Stage("convert", "convert the drafter to GGUF, quantize and verify it",
+          lambda ctx: convert_stage.convert(ctx.recipe, ctx.models_dir),
+          inputs=_convert_inputs,
+          done=lambda ctx: _quiet(lambda: convert_stage.require_converted(ctx.recipe, ctx.models_dir))),
+    Stage("serve", "start the supervised llama-server and wait until it is ready", _serve),
+)
+
+
+# --- the smoke test and the summary ---------------------------------------------------------
+
+@dataclass
+class Smoke:
+    tokens: int
+    seconds: float
+    tok_per_s: float
+    drafted: int
+    accepted: int
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+
+def smoke(url: str, api_key: str | None = None) -> Smoke:
+    """One completion through the server: proves it answers, and measures decode speed and DFlash
+    acceptance (on real weights; random synthetic weights accept nothing)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    body = {"prompt": SMOKE_PROMPT, "n_predict": SMOKE_TOKENS, "temperature": 0.0, "cache_prompt": False}
+    try:
+        r = requests.post(f"{url}/completion", json=body, headers=headers, timeout=600)
+    except requests.RequestException as exc:
+        raise BuunError(f"the smoke completion to {url} failed: {exc}", "see `buun logs`") from None
+    if r.status_code != 200:
+        raise BuunError(f"the smoke completion got HTTP {r.status_code}: {r.text[:300]}", "see `buun logs`")
+    t = r.json().get("timings", {})
+    return Smoke(int(t.get("predicted_n", 0)), float(t.get("predicted_ms", 0)) / 1000,
+                 float(t.get("predicted_per_second", 0.0)), int(t.get("draft_n", 0)),
+                 int(t.get("draft_n_accepted", 0)))
+
+
+def summary(spec: spec_mod.LaunchSpec, result: Smoke, has_key: bool = False) -> str:
+    acc = f"{result.acceptance:.0%} of {result.drafted} drafted tokens accepted" if result.acceptance is not None \
+        else "no draft tokens"
+    return "\n".join([
+        f"[bold green]buun is serving {spec.recipe}[/]",
+        f"  endpoint     {spec.url}  (web chat: {spec.url}/, OpenAI API: {spec.url}/v1)",
+        f"  target       {spec.target}",
+        f"  drafter      {spec.draft}",
+        f"  smoke test   {result.tokens} tokens at {result.tok_per_s:.1f} tok/s, {acc}",
+        f"  command      {command.display(spec.argv)}",
+        "",
+        "  curl:",
+        f"    curl {spec.url}/v1/chat/completions -H 'Content-Type: application/json' \\"
+        + (" -H 'Authorization: Bearer <your key>' \\" if has_key else ""),
+        "      -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Write quicksort in Python\"}]}'",
+        "  Python (pip install openai):",
+        "    from openai import OpenAI",
+        f"    client = OpenAI(base_url=\"{spec.url}/v1\", api_key=\"{'<your key>' if has_key else 'none'}\")",
+        "    r = client.chat.completions.create(model=\"buun\", messages=[{\"role\": \"user\", \"content\": \"hi\"}])",
+        "    print(r.choices[0].message.content)",
+        "",
+        f"  manage it with `buun status`, `buun logs -f`, `buun stop {spec.name}`",
+    ])
+
+
+# --- the plan and the run -------------------------------------------------------------------
+
+@dataclass
+class PlanRow:
+    stage: str
+    action: str  # skip | run | check
+    what: str
+    detail: str = ""
+
+
+def _download_detail(ctx: Context) -> tuple[str, int | None]:
+    """Bytes still to download, asked of the Hub (the dry run must not fail when it is unreachable)."""
+    from huggingface_hub import HfApi, get_token
+
+    try:
+        token = get_token()
+        api = HfApi(endpoint=pull.hub_endpoint(), token=token)
+        plans = [pull.plan_repo(api, ctx.recipe, role, ctx.layout.role_dir(role), token, False)
+                 for role in pull.ROLES]
+    except BuunError as exc:
+        return f"sizes unknown: {exc.message.splitlines()[0]}", None
+    need = pull.bytes_needed(plans)
+    files = sum(len(p.to_fetch) for p in plans)
+    return f"{files} file(s), {need / 2**30:.2f} GiB to download", need
+
+
+def plan(ctx: Context) -> list[PlanRow]:
+    rows = []
+    for stage in STAGES:
+        if stage.inputs is None:
+            rows.append(PlanRow(stage.name, "check", stage.what))
+            continue
+        done = is_done(stage, ctx)
+        rows.append(PlanRow(stage.name, "skip" if done else "run", stage.what))
+        if stage.name == "pull" and not done:
+            rows[-1].detail = _download_detail(ctx)[0]
+    lay = ctx.layout
+    binary = "llama-server"
+    try:
+        binary = str(build.find_binary("llama-server"))
+    except NotReadyError:
+        pass
+    flags = command.merge(command.recipe_flags(ctx.recipe.server_flags), command.parse_args(ctx.extra))
+    argv = command.server_argv(binary, str(lay.target_gguf), str(lay.drafter_gguf()), ctx.host, ctx.port, flags)
+    rows[-1].detail = command.display(argv)
+    return rows
+
+
+def _confirm(ctx: Context, yes: bool) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise UsageError("buun setup downloads models and builds llama.cpp; in a non-interactive shell pass --yes")
+    import typer
+
+    if not typer.confirm(f"Set up {ctx.recipe.name} (downloads ~{doctor.disk_needed(ctx.recipe) / 2**30:.0f} GiB "
+                         "with the build and conversion)?", default=True):
+        raise BuunError("cancelled", exit_code=Exit.INTERRUPTED)
+
+
+def run(ctx: Context, yes: bool = False) -> tuple[spec_mod.LaunchSpec, Smoke]:
+    _confirm(ctx, yes)
+    spec: spec_mod.LaunchSpec | None = None
+    for stage in STAGES:
+        if is_done(stage, ctx):
+            console.ok(f"{stage.name}: done (inputs unchanged), skipped")
+            continue
+        console.step(f"{stage.name}: {stage.what}")
+        result = stage.run(ctx)
+        _mark_done(stage, ctx)
+        if stage.name == "serve":
+            spec = result
+    assert spec is not None
+    console.step("smoke test: one completion through the server")
+    return spec, smoke(spec.url, ctx.api_key)

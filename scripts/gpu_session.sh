@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# One GPU session's work, run on a lent H100/H200 machine (CUDA, no internet) from a copy of the
+# checkout. Start it detached and poll, since it outlasts one 10-minute command:
+#
+#     setsid nohup bash scripts/gpu_session.sh > /tmp/buun-gpu/driver.log 2>&1 &
+#     ... later: cat /tmp/buun-gpu/results/summary.txt
+#
+# Needs in the working tree: .carry/llama-src.tar.xz (`buun vendor --archive .carry/llama-src.tar.xz`)
+# and .whl/ (buun's dependencies as Python 3.12 wheels, see docs/benchmarks.md).
+# Steps, each with its own time limit and log in $RES (summary.txt has every exit code):
+#   vendor + patch, CUDA build with the product flags (sm_90) while the full-size synthetic pair
+#   is written, the correctness harness on CUDA, llama-bench, `buun bench` of the upstream
+#   configuration and of the recipe's -cd 256, `buun fit --measure`, and `buun setup` end to end
+#   on the tiny pair through the local Hub endpoint (the tests' fixture), with CUDA.
+set -u -o pipefail
+R=$(cd "$(dirname "$0")/.." && pwd)
+W=${W:-/tmp/buun-gpu}
+RES=$W/results
+mkdir -p "$RES" "$W"
+cd "$R"
+
+log() { echo "[$(date +%T)] $*" | tee -a "$RES/summary.txt"; }
+step() {  # step NAME LIMIT_S CMD...
+    local name=$1 limit=$2 t0=$SECONDS rc
+    shift 2
+    log "start $name"
+    timeout --kill-after=20 "$limit" "$@" > "$RES/$name.log" 2>&1
+    rc=$?
+    log "end $name: rc=$rc in $((SECONDS - t0)) s"
+    return $rc
+}
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > "$RES/pip.log" 2>&1 || { log "wheel install failed"; exit 1; }
+export PYTHONPATH=/tmp/site:$R PYTHONUNBUFFERED=1
+export BUUN_MODELS_DIR=$W/models BUUN_DATA_DIR=$W/data BUUN_STATE_DIR=$W/state BUUN_CACHE_DIR=$W/cache
+BUUN="python3 -m buun_tool"
+BIN=$R/vendor/build/cuda/bin
+{ nvidia-smi; nproc; free -g; python3 --version; nvcc --version | tail -1; } > "$RES/machine.txt" 2>&1
+
+step vendor 120 bash -c "$BUUN vendor --from-archive .carry/llama-src.tar.xz && $BUUN patch" || exit 1
+step build 1500 $BUUN build --cuda --cuda-arch 90 --jobs 16 &
+build_pid=$!
+step synth 600 $BUUN synth --scale full --target-type q4_k_m --draft-type q4_k
+wait $build_pid || { log "build failed"; cp vendor/build/cuda/build.log "$RES/build-full.log"; exit 1; }
+cp vendor/build/cuda/buun-build.json "$RES/"
+
+step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
+
+T=$(ls "$BUUN_MODELS_DIR"/synthetic/synth-*-full-q4_k_m.gguf)
+step llama-bench 200 "$BIN/llama-bench" -m "$T" -ngl 99 -fa 1 -p 512 -n 128 -r 3
+# the upstream configuration of the anchor figures (n_max 15, -b 256 -ub 64, the draft sized to -c) ...
+step bench-upstream 600 $BUUN bench --scale full --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 \
+    --suite code --mode raw --prompts 2 --n-predict 512 --out "$RES/bench-upstream"
+# ... and with the recipe's draft window (-cd 256, patch 0002)
+step bench-cd256 600 $BUUN bench --scale full --no-ar --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 \
+    --suite code --mode raw --prompts 2 --n-predict 512 --server-args "-cd 256" --out "$RES/bench-cd256"
+step fit-ar 200 $BUUN fit --ctx 6048 --draft-max 0 --measure --scale full --json
+step fit-dflash 200 $BUUN fit --ctx 6048 --draft-max 15 --ctx-draft 0 --measure --scale full --json
+step fit-dflash-cd256 200 $BUUN fit --ctx 6048 --draft-max 15 --ctx-draft 256 --measure --scale full --json
+step fit-3090 60 $BUUN fit --gpu-mem 24
+
+# buun setup end to end with CUDA: the tests' local Hub and tiny pair; the converter runs on this
+# machine's own Python (torch, transformers), since nothing can be installed here
+step setup 900 env BUUN_TEST_NGL=99 BUUN_CONVERTER_PYTHON=python3 \
+    python3 -m pytest -q -rA "tests/test_setup.py::test_setup_runs_then_skips_everything"
+log "done in $SECONDS s"

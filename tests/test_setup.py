@@ -1,0 +1,138 @@
+"""`buun setup --cpu` end to end: the local Hub endpoint, the tiny model pair, the real CPU build.
+
+The vendor, patch and build stages act on this checkout's own vendored tree and CPU build (made
+by `make dev` before the tests): they must find everything done and return in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from buun_tool import pull, recipes
+from buun_tool.server import control
+from buun_tool.server.instance import all_instances
+from tests.hub_server import FakeHub
+from tests.llama_proc import free_port
+from tests.tiny_models import DRAFTER_REPO, write_recipe
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def setup_env(tiny_hub: FakeHub, tmp_path: Path, llama_bin: Path):
+    """A recipe file for the tiny pair on the fake Hub, and a port; stops every server afterwards."""
+    recipe_file = write_recipe(tmp_path / "tiny-dflash.yaml")
+    port = free_port()
+    yield recipe_file, port
+    for inst in all_instances():
+        control.stop(inst, 10)
+
+
+# On the GPU machine (BUUN_TEST_NGL set, see scripts/gpu_session.sh) setup builds and serves with CUDA.
+CPU = [] if os.environ.get("BUUN_TEST_NGL") else ["--cpu"]
+
+
+def run_setup(recipe_file: Path, port: int, *extra: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "buun_tool", "setup", "--recipe-file", str(recipe_file), *CPU, "--yes",
+           "--port", str(port), *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def ran(proc: subprocess.CompletedProcess[str], stage: str) -> bool:
+    return f"==> {stage}:" in proc.stderr
+
+
+def skipped(proc: subprocess.CompletedProcess[str], stage: str) -> bool:
+    return f"{stage}: done (inputs unchanged), skipped" in proc.stderr
+
+
+def test_setup_runs_then_skips_everything(setup_env: tuple[Path, int]) -> None:
+    recipe_file, port = setup_env
+    first = run_setup(recipe_file, port)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert f"http://127.0.0.1:{port}" in first.stdout and "smoke test" in first.stdout
+    for stage in ("pull", "drafter", "convert", "serve"):
+        assert ran(first, stage), stage
+    # the server it started answers
+    r = requests.post(f"http://127.0.0.1:{port}/completion", json={"prompt": "hi", "n_predict": 4}, timeout=60)
+    assert r.status_code == 200 and r.json()["timings"]["draft_n"] >= 0
+
+    t0 = time.monotonic()
+    second = run_setup(recipe_file, port)
+    assert second.returncode == 0, second.stderr[-3000:]
+    for stage in ("vendor", "patch", "pull", "drafter", "convert"):
+        assert skipped(second, stage), (stage, second.stderr[-2000:])
+    assert "already running" in second.stderr
+    print(f"second run: {time.monotonic() - t0:.1f} s")
+
+
+def test_interrupted_conversion_resumes(setup_env: tuple[Path, int]) -> None:
+    recipe_file, port = setup_env
+    cmd = [sys.executable, "-m", "buun_tool", "setup", "--recipe-file", str(recipe_file), *CPU, "--yes",
+           "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if line.startswith("==> convert:"):
+            break
+    else:
+        pytest.fail("setup ended before the convert stage:\n" + "".join(seen[-30:]))
+    time.sleep(3)  # into the converter
+    os.killpg(proc.pid, signal.SIGKILL)  # power loss: setup and the converter die at once
+    proc.wait()
+    recipe = recipes.load_file(recipe_file)
+    final = pull.layout(recipe).drafter_gguf()
+    assert not final.exists()  # nothing half-written under the final name
+
+    again = run_setup(recipe_file, port)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert skipped(again, "pull") and skipped(again, "drafter") and ran(again, "convert")
+    assert final.is_file()
+
+
+def test_changed_revision_redoes_pull_and_convert_only(setup_env: tuple[Path, int], tiny_hub: FakeHub,
+                                                       tiny_models_built) -> None:
+    recipe_file, port = setup_env
+    assert run_setup(recipe_file, port).returncode == 0
+    # a new revision of the drafter repo (other content: another commit), and the recipe pinned to it
+    files = dict(tiny_models_built.hub_repos()[DRAFTER_REPO])
+    config = json.loads(Path(files["config.json"]).read_bytes() if isinstance(files["config.json"], Path)
+                        else files["config.json"])
+    files["config.json"] = json.dumps({**config, "buun_test_revision": 2}, indent=2).encode()
+    tiny_hub.add_repo(DRAFTER_REPO, files, branches=("main", "v2"))
+    data = yaml.safe_load(recipe_file.read_text())
+    data["drafter"]["revision"] = "v2"
+    recipe_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    again = run_setup(recipe_file, port)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert skipped(again, "vendor") and skipped(again, "patch")
+    assert ran(again, "pull") and ran(again, "convert")
+
+
+def test_dry_run_changes_nothing(setup_env: tuple[Path, int]) -> None:
+    recipe_file, port = setup_env
+    out = run_setup(recipe_file, port, "--dry-run")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "to download" in out.stdout and "server command:" in out.stdout and "--spec-type dflash" in out.stdout
+    recipe = recipes.load_file(recipe_file)
+    assert not pull.layout(recipe).target_gguf.exists()
+    assert not all_instances()
+
+
+def test_refuses_without_yes_when_not_interactive(setup_env: tuple[Path, int]) -> None:
+    recipe_file, port = setup_env
+    cmd = [sys.executable, "-m", "buun_tool", "setup", "--recipe-file", str(recipe_file), "--cpu", "--port", str(port)]
+    out = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
+    assert out.returncode == 2 and "--yes" in out.stderr
