@@ -300,3 +300,36 @@ def test_a_float_recipe_needs_no_quantize(tiny_hub: FakeHub, tiny_models_built: 
     with GgufFile(Path(result.gguf)) as got, GgufFile(tiny_models_built.upstream_drafter_f16) as ref:
         assert [(t.name, b"".join(got.tensor_bytes(t))) for t in got.tensors] == \
                [(t.name, b"".join(ref.tensor_bytes(t))) for t in ref.tensors]
+
+
+# --- patch 0003: the fork's workflow, a self-contained drafter folder --------------------------
+
+@pytest.mark.slow
+class TestSelfContainedDrafter:
+    """The vendored converter on the drafter folder alone (the target's tokenizer copied in, no
+    --target-model-dir), as the buun fork documents; and the error for a folder with no tokenizer."""
+
+    def test_converts_without_target_model_dir(self, converted: Converted, models: Path, converter_python: Path,
+                                               tmp_path: Path):
+        lay = pull.layout(converted.recipe, models)
+        out = tmp_path / "self-contained.gguf"
+        convert.run_converter(converter_python, lay.drafter_dir, None, out, "bf16", tmp_path / "convert.log")
+        with GgufFile(out) as f, GgufFile(lay.drafter_gguf()) as ref:
+            assert f.architecture == "dflash"
+            assert f.get("tokenizer.ggml.mask_token_id") == converted.recipe.expect["mask_token_id"]
+            assert list(f.get("dflash.target_layers")) == [i + 1 for i in converted.recipe.expect["target_layer_ids"]]
+            # the same vocabulary as the conversion that was given the target's folder
+            assert f.get("tokenizer.ggml.pre") == ref.get("tokenizer.ggml.pre") == "qwen35"
+            assert list(f.get("tokenizer.ggml.tokens")) == list(ref.get("tokenizer.ggml.tokens"))
+
+    def test_a_folder_without_tokenizer_says_what_to_copy(self, converted: Converted, models: Path,
+                                                          converter_python: Path, tmp_path: Path):
+        lay = pull.layout(converted.recipe, models)
+        bare = tmp_path / "bare-drafter"
+        bare.mkdir()
+        for name in converted.recipe.drafter.files:
+            shutil.copy(lay.drafter_dir / name, bare / name)
+        with pytest.raises(BuunError) as exc:
+            convert.run_converter(converter_python, bare, None, tmp_path / "x.gguf", "bf16", tmp_path / "c.log")
+        text = str(exc.value)
+        assert "has no tokenizer" in text and "tokenizer.json" in text and "Qwen/Qwen3.5-27B" in text
