@@ -19,7 +19,6 @@ the same bytes.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -33,9 +32,10 @@ from typing import Any
 
 from buun_tool import build, console, drafter, paths, vendor
 from buun_tool.errors import BuunError, Exit, NotReadyError
+from buun_tool.fsutil import sha256_file, write_json_atomic
 from buun_tool.gguf_tools import GLOBAL_TENSORS, LAYER_TENSORS, OPTIONAL_TENSORS, GgufFile
 from buun_tool.proc import run_logged
-from buun_tool.pull import DISK_RESERVE, Layout, layout, require_pulled, write_json_atomic
+from buun_tool.pull import DISK_RESERVE, Layout, layout, require_pulled
 from buun_tool.recipes import Recipe
 
 # The converter's dependencies. Its own requirements file pins torch 2.11 from the PyTorch CPU
@@ -101,14 +101,6 @@ def converter_python(cache: Path | None = None) -> Path:
 
 
 # --- small helpers --------------------------------------------------------------------------
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
 
 def _partial(final: Path) -> Path:
     return final.with_name(f".{final.name}.{os.getpid()}.partial")

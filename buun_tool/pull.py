@@ -44,6 +44,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 
 from buun_tool import console, paths
 from buun_tool.errors import BuunError, Exit, NotReadyError
+from buun_tool.fsutil import write_json_atomic
 from buun_tool.recipes import Recipe, RepoSpec
 
 ROLES = ("target", "drafter", "tokenizer")
@@ -103,14 +104,6 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
     except (FileNotFoundError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else None
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that a reader sees the old content or the new one, never half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
 
 
 def require_pulled(recipe: Recipe, role: str, models_dir: Path | None = None) -> tuple[Path, dict[str, Any]]:

@@ -24,6 +24,7 @@ import requests
 from buun_tool import build, console, doctor, drafter, fit, patches, paths, pull, vendor
 from buun_tool import convert as convert_stage
 from buun_tool.errors import BuunError, Exit, NotReadyError, UsageError
+from buun_tool.fsutil import write_json_atomic
 from buun_tool.recipes import Recipe
 from buun_tool.server import command, control, instance
 from buun_tool.server import spec as spec_mod
@@ -82,11 +83,7 @@ def is_done(stage: Stage, ctx: Context) -> bool:
 def _mark_done(stage: Stage, ctx: Context) -> None:
     if stage.inputs is None:
         return
-    f = _stamp_file(ctx, stage.name)
-    f.parent.mkdir(parents=True, exist_ok=True)
-    tmp = f.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"inputs": _digest(stage.inputs(ctx)), "finished": time.time()}) + "\n")
-    tmp.replace(f)
+    write_json_atomic(_stamp_file(ctx, stage.name), {"inputs": _digest(stage.inputs(ctx)), "finished": time.time()})
 
 
 def _quiet(check: Callable[[], Any]) -> bool:

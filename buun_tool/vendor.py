@@ -9,7 +9,6 @@ lands, re-running on a good tree is a no-op, and patches apply and are regenerat
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import os
 import shutil
 import subprocess
@@ -24,6 +23,7 @@ import yaml
 
 from buun_tool import console, paths
 from buun_tool.errors import BuunError, CommandError, Exit, NotReadyError, UsageError
+from buun_tool.fsutil import sha256_file
 from buun_tool.proc import git, run
 
 BASELINE_TAG = "buun-baseline"
@@ -120,14 +120,6 @@ def _fetch_git(pin: Pin, dest: Path) -> None:
         shutil.rmtree(clone, ignore_errors=True)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _sdist_path(src: dict[str, Any]) -> Path:
     """Download (or reuse) the sdist in the cache; a cached file with the wrong hash (a partial
     or corrupted download) is thrown away and fetched again."""
@@ -137,7 +129,7 @@ def _sdist_path(src: dict[str, Any]) -> Path:
     fname = f"{pkg.replace('-', '_')}-{version}.tar.gz"
     target = cache / fname
     if target.exists():
-        if _sha256(target) == want:
+        if sha256_file(target) == want:
             return target
         console.warn(f"cached {fname} has the wrong sha256 (partial or corrupted download): fetching it again")
         target.unlink()
@@ -149,7 +141,7 @@ def _sdist_path(src: dict[str, Any]) -> Path:
         got = next(Path(tmp).glob("*.tar.gz"), None)
         if got is None:
             raise BuunError(f"pip download of {pkg}=={version} produced no .tar.gz")
-        got_sha = _sha256(got)
+        got_sha = sha256_file(got)
         if got_sha != want:
             raise BuunError(f"{fname} from the package index has sha256 {got_sha}, the pin expects {want}",
                             "the index serves another file than the pin names; check vendor/pin.yaml")
@@ -236,6 +228,15 @@ def require_vendored() -> Path:
     return paths.llama_dir()
 
 
+def _one_line(exc: BaseException) -> str:
+    """What went wrong, in a line: the message's first line and, for a command, its last output line."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    tail = getattr(exc, "log_tail", "").strip().splitlines()
+    return f"{lines[0]} {tail[-1].strip()}" if tail and tail[-1].strip() not in lines[0] else lines[0]
+
+
 def vendor(source: str | None = None, archive: Path | None = None, force: bool = False) -> VendorState:
     """Fill vendor/llama.cpp with the pinned tree. A no-op when it is already there."""
     pin = load_pin()
@@ -279,9 +280,8 @@ def vendor(source: str | None = None, archive: Path | None = None, force: bool =
             console.ok(f"vendor/llama.cpp = llama.cpp {pin.short} (from {kind}, tree {tree[:12]})")
             return state(pin)
         except (BuunError, CommandError, OSError, tarfile.TarError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            errors.append(f"{kind}: {first}")
-            console.warn(f"source {kind} failed: {first}")
+            errors.append(f"{kind}: {_one_line(exc)}")
+            console.warn(f"source {kind} failed: {_one_line(exc)}")
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     raise BuunError(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,12 +22,6 @@ ROOT = Path(__file__).resolve().parent.parent
 # -t 1: on a small, busy CI box two spinning threads make a tiny model 10x slower.
 # --fit off, --no-warmup: skip the memory-fitting pass and the warm-up decode (load in half the time).
 TEST_FLAGS = ("-nr", "-t", "1", "--fit", "off", "--no-warmup")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # Fast supervision for tests: quick relaunches and health checks.

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.server_helpers import ROOT, free_port, processes_with_env
+from tests.llama_proc import free_port
+from tests.server_helpers import ROOT, processes_with_env
 
 
 @pytest.fixture

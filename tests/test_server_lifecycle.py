@@ -17,7 +17,8 @@ import psutil
 import pytest
 import requests
 
-from tests.server_helpers import TEST_FLAGS, Buun, chat, free_port
+from tests.llama_proc import free_port
+from tests.server_helpers import TEST_FLAGS, Buun, chat
 
 pytestmark = pytest.mark.slow
 
