@@ -2,7 +2,7 @@
 in one batch, and through speculative decoding with random partial acceptance, per attention path.
 Calibrates the correctness harness's tolerances on a new device (see docs/benchmarks.md).
 
-    PYTHONPATH=. python3 scripts/decode_noise.py vendor/build/cuda/bin
+    PYTHONPATH=. python3 scripts/decode_noise.py vendor/build/cuda/bin [VARIANT ...]
 """
 
 from __future__ import annotations
@@ -40,10 +40,12 @@ def continuation_gap(gen_server: Server, ref_server: Server, prompt: list[int]) 
     return diff(fresh, cached)
 
 
-def main(bin_dir: Path) -> None:
+def main(bin_dir: Path, names: list[str]) -> None:
     target, draft = synth.write_pair(recipes.load(), Path("/tmp/noise-models"), scale="tiny",
                                      target_type="f32", draft_type="f32")
     for name, variant in VARIANTS.items():
+        if names and name not in names:
+            continue
         base = ["-m", str(target), "-np", "1", "-c", "2048", "-ngl", "99", "-ngld", "99", *variant]
         with llama_server(bin_dir, base, Path(f"/tmp/noise-{name}-ar.log")) as ar, \
                 llama_server(bin_dir, [*base, "-md", str(draft), *SPEC], Path(f"/tmp/noise-{name}-sp.log")) as sp, \
@@ -54,4 +56,4 @@ def main(bin_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), sys.argv[2:])
