@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import requests
 import yaml
@@ -89,7 +90,7 @@ def test_interrupted_conversion_resumes(setup_env: tuple[Path, int]) -> None:
             break
     else:
         pytest.fail("setup ended before the convert stage:\n" + "".join(seen[-30:]))
-    time.sleep(3)  # into the converter
+    _wait_for_converter(proc.pid)
     os.killpg(proc.pid, signal.SIGKILL)  # power loss: setup and the converter die at once
     proc.wait()
     recipe = recipes.load_file(recipe_file)
@@ -100,6 +101,20 @@ def test_interrupted_conversion_resumes(setup_env: tuple[Path, int]) -> None:
     assert again.returncode == 0, again.stderr[-3000:]
     assert skipped(again, "pull") and skipped(again, "drafter") and ran(again, "convert")
     assert final.is_file()
+
+
+def _wait_for_converter(setup_pid: int, timeout: float = 120) -> None:
+    """Until the converter runs under setup: the kill must land in the middle of the conversion."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in psutil.Process(setup_pid).children(recursive=True):
+            try:
+                if any("convert_hf_to_gguf.py" in part for part in child.cmdline()):
+                    return
+            except psutil.NoSuchProcess:
+                continue
+        time.sleep(0.1)
+    pytest.fail("the converter never started")
 
 
 def test_changed_revision_redoes_pull_and_convert_only(setup_env: tuple[Path, int], tiny_hub: FakeHub,
