@@ -6,6 +6,7 @@ Each check is ok / warn / fail with the fix to apply. Only `required` failures m
 
 from __future__ import annotations
 
+import math
 import platform
 import re
 import shutil
@@ -14,7 +15,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from buun_tool import build, patches, paths, vendor
+from buun_tool import build, patches, paths, synth, vendor
 from buun_tool.errors import BuunError
 from buun_tool.recipes import Recipe
 
@@ -85,18 +86,14 @@ def check_gpu(cpu_only: bool) -> list[Check]:
 
 
 def disk_needed(recipe: Recipe | None) -> int:
-    """Bytes a full setup writes: downloads, the F16 drafter, its quantized copy and the build."""
+    """Bytes a full setup writes: the target GGUF, the drafter's BF16 weights twice (the download
+    and its GGUF conversion), its quantized GGUF and the build. Sizes come from the exact tensor
+    list of the recipe's geometry (the same plan `buun synth` writes)."""
     if recipe is None:
         return BUILD_DISK_BYTES
-    t = recipe.geometry["target"]
-    d = recipe.geometry["drafter"]
-    h = t["hidden_size"]
-    # target: attention/delta-net/ffn per layer plus embeddings and head, ~4.9 bits at Q4_K_M
-    per_layer = 4 * h * h + 3 * h * t["intermediate_size"]
-    target_params = t["num_hidden_layers"] * per_layer + 2 * h * t["vocab_size"]
-    draft_params = d["num_hidden_layers"] * (4 * h * h + 3 * h * d["intermediate_size"]) + \
-        len(d["target_layer_ids"]) * h * h
-    return int(target_params * 4.9 / 8 + draft_params * (2 + 2 + 0.6)) + BUILD_DISK_BYTES
+    pair = synth.plan_pair(recipe, "full", "q4_k_m", "q4_k")
+    drafter_bf16 = 2 * sum(math.prod(t.ne) for t in pair.drafter.tensors)
+    return pair.target.tensor_bytes + 2 * drafter_bf16 + pair.drafter.tensor_bytes + BUILD_DISK_BYTES
 
 
 def check_disk(recipe: Recipe | None) -> Check:
