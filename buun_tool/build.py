@@ -15,6 +15,7 @@ import re
 import shutil
 import socket
 import subprocess
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -228,8 +229,6 @@ class BuildResult:
 
 
 def build(p: BuildPlan, force: bool = False) -> BuildResult:
-    import time
-
     src = vendor.require_vendored()
     stamp = _stamp_for(p, src)
     bdir = p.build_dir

@@ -265,7 +265,7 @@ class PlanRow:
     detail: str = ""
 
 
-def _download_detail(ctx: Context) -> tuple[str, int | None]:
+def _download_detail(ctx: Context) -> str:
     """Bytes still to download, asked of the Hub (the dry run must not fail when it is unreachable)."""
     from huggingface_hub import HfApi, get_token
 
@@ -275,10 +275,9 @@ def _download_detail(ctx: Context) -> tuple[str, int | None]:
         plans = [pull.plan_repo(api, ctx.recipe, role, ctx.layout.role_dir(role), token, False)
                  for role in pull.ROLES]
     except BuunError as exc:
-        return f"sizes unknown: {exc.message.splitlines()[0]}", None
-    need = pull.bytes_needed(plans)
+        return f"sizes unknown: {exc.message.splitlines()[0]}"
     files = sum(len(p.to_fetch) for p in plans)
-    return f"{files} file(s), {need / 2**30:.2f} GiB to download", need
+    return f"{files} file(s), {pull.bytes_needed(plans) / 2**30:.2f} GiB to download"
 
 
 def plan(ctx: Context) -> list[PlanRow]:
@@ -290,7 +289,7 @@ def plan(ctx: Context) -> list[PlanRow]:
         done = is_done(stage, ctx)
         rows.append(PlanRow(stage.name, "skip" if done else "run", stage.what))
         if stage.name == "pull" and not done:
-            rows[-1].detail = _download_detail(ctx)[0]
+            rows[-1].detail = _download_detail(ctx)
     lay = ctx.layout
     binary = "llama-server"
     try:
