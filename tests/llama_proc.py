@@ -1,16 +1,12 @@
 """Test plumbing: run a real llama-server on a free loopback port and talk to it.
 
-Deliberately plain (no supervisor): the correctness harness must test llama.cpp itself, and
-buun's supervisor has its own tests.
+No supervisor: the correctness harness tests llama.cpp itself, and buun's supervisor has its own
+tests.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,11 +14,9 @@ from typing import Any
 
 import requests
 
+from buun_tool.bench import LocalServer, free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+__all__ = ["Server", "free_port", "gpu_layers", "llama_server"]
 
 
 def gpu_layers() -> list[str]:
@@ -53,33 +47,9 @@ class Server:
 
 @contextmanager
 def llama_server(bin_dir: Path, args: list[str], log: Path, ready_timeout: float = 120) -> Iterator[Server]:
+    """A llama-server of the build under test on a free loopback port, through the same launcher
+    `buun bench` uses (process group, /health wait, SIGTERM then SIGKILL)."""
     port = free_port()
-    cmd = [str(bin_dir / "llama-server"), *args, "--host", "127.0.0.1", "--port", str(port), "--metrics"]
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as fh:
-        fh.write(" ".join(cmd) + "\n")
-        fh.flush()
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-    server = Server(f"http://127.0.0.1:{port}", log)
-    try:
-        deadline = time.monotonic() + ready_timeout
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"llama-server exited with {proc.returncode}:\n{server.log_tail()}")
-            try:
-                if requests.get(server.url + "/health", timeout=2).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"llama-server not ready after {ready_timeout} s:\n{server.log_tail()}")
-            time.sleep(0.2)
-        yield server
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    argv = [str(bin_dir / "llama-server"), *args, "--host", "127.0.0.1", "--port", str(port), "--metrics"]
+    with LocalServer(argv, log, port, load_timeout=ready_timeout) as local:
+        yield Server(local.url, log)
