@@ -12,43 +12,12 @@
 #   is written, the correctness harness on CUDA, llama-bench, `buun bench` of the upstream
 #   configuration and of the recipe's -cd 256, `buun fit --measure`, and `buun setup` end to end
 #   on the tiny pair through the local Hub endpoint (the tests' fixture), with CUDA.
-set -u -o pipefail
-R=$(cd "$(dirname "$0")/.." && pwd)
-W=${W:-/tmp/buun-gpu}
-RES=$W/results
-mkdir -p "$RES" "$W"
-cd "$R"
-
-log() { echo "[$(date +%T)] $*" | tee -a "$RES/summary.txt"; }
-step() {  # step NAME LIMIT_S CMD...
-    local name=$1 limit=$2 t0=$SECONDS rc
-    shift 2
-    log "start $name"
-    timeout --kill-after=20 "$limit" "$@" > "$RES/$name.log" 2>&1
-    rc=$?
-    log "end $name: rc=$rc in $((SECONDS - t0)) s"
-    return $rc
-}
-
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    > "$RES/pip.log" 2>&1 || { log "wheel install failed"; exit 1; }
-export PYTHONPATH=/tmp/site:$R PYTHONUNBUFFERED=1
-export BUUN_MODELS_DIR=$W/models BUUN_DATA_DIR=$W/data BUUN_STATE_DIR=$W/state BUUN_CACHE_DIR=$W/cache
-BUUN="python3 -m buun_tool"
-BIN=$R/vendor/build/cuda/bin
-{ nvidia-smi; nproc; free -g; python3 --version; nvcc --version | tail -1; } > "$RES/machine.txt" 2>&1
-
-step vendor 120 bash -c "$BUUN vendor --from-archive .carry/llama-src.tar.xz && $BUUN patch" || exit 1
-step build 1500 $BUUN build --cuda --cuda-arch 90 --jobs 16 &
-build_pid=$!
-step synth 600 $BUUN synth --scale full --target-type q4_k_m --draft-type q4_k
-wait $build_pid || { log "build failed"; cp vendor/build/cuda/build.log "$RES/build-full.log"; exit 1; }
-cp vendor/build/cuda/buun-build.json "$RES/"
+. "$(dirname "$0")/gpu_lib.sh"
+gpu_prepare
 
 step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
 
-T=$(ls "$BUUN_MODELS_DIR"/synthetic/synth-*-full-q4_k_m.gguf)
-step llama-bench 200 "$BIN/llama-bench" -m "$T" -ngl 99 -fa 1 -p 512 -n 128 -r 3
+step llama-bench 200 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 512 -n 128 -r 3
 # the upstream configuration of the anchor figures (n_max 15, -b 256 -ub 64, the draft sized to -c) ...
 step bench-upstream 600 $BUUN bench --scale full --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 \
     --suite code --mode raw --prompts 2 --n-predict 512 --out "$RES/bench-upstream"

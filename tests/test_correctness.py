@@ -5,26 +5,36 @@ CI; a CUDA build with BUUN_LLAMA_BIN_DIR=... BUUN_TEST_NGL=99, see scripts/gpu_c
 the tiny synthetic pair: a qwen35 hybrid target (Gated DeltaNet and full-attention layers) and a
 dflash drafter reading several of its layers.
 
-- lossless: greedy generation with DFlash is token-for-token the generation without a draft;
+- lossless: greedy generation with DFlash is token-for-token the generation without a draft. On
+  the CPU exactly. On a GPU build the same sequence decoded one token at a time and in verify
+  batches differs by float summation order, enough to flip the random weights' near-ties, so a
+  divergence is allowed where the speculative token is one greedy AR decoding rates closer than
+  TIE_TOL_GPU in log-probability to its own choice; AR decoding then follows the speculative path
+  from there (the tie rule, `_greedy_matches`, at most MAX_TIES per generation);
 - rollback exactness: with synthetic acceptance (`--spec-synth-len`) the server accepts a random
   0..n of each draft, so every verify step ends in a partial rollback of the recurrent state and
   the KV cache. Afterwards, the target's state must equal the state reached by decoding the
   committed tokens from scratch: the next-token log-probabilities after one more token, computed
-  on the speculative server's cached state, must match those of a fresh server.
+  on the speculative server's cached state, must match those of a fresh server, within a few
+  times the noise two controls measure on the same servers: AR decoding one token at a time, and
+  the same tokens fed in 16-token chunks (the verify batch size), each against a fresh batch;
 - the seed's own commands run unchanged against the patched build.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.llama_proc import Server, gpu_layers, llama_server
 
-pytestmark = pytest.mark.slow
+slow = pytest.mark.slow  # all but the tie rule's own test run real servers
 
 N_GEN = 128
 # Prompts as token ids: the harness is about states, not text. Different lengths put the
@@ -39,18 +49,28 @@ TOP_K = 10
 # Tolerances. A sequence decoded incrementally (1 + draft tokens per step, rolled back) and the
 # same sequence decoded in one batch differ by float summation order only: other batch sizes run
 # other kernels. How much depends on the device and the attention path, so the rollback check
-# measures it on the same servers (the control: plain AR decoding, no speculation, against a
-# fresh batch) and allows a few times that. Measured with `-fa on` and f16 KV: CPU ~1e-4 in
-# log-probability, CUDA (H200) ~1e-2; with `-fa off` and f32 KV: CPU ~3e-6. A rollback that is
-# off by one token, planted in the delta-net state selection, moved them by 0.1-0.2 on the CPU.
+# measures it on the same servers (the controls: plain AR decoding, no speculation, one token at a
+# time and in verify-sized batches, against a fresh batch) and allows a few times that. Measured
+# with `-fa on` and f16 KV: CPU ~1e-4 in log-probability, CUDA (H200) ~1e-2; with `-fa off` and
+# f32 KV: CPU ~3e-6. A rollback that is off by one token, planted in the delta-net state
+# selection, moved them by 0.1-0.2 on the CPU.
 NOISE_FACTOR = 5
 TOL_FLOOR = 1e-3
 TOL_CAP = 0.05  # noise above this leaves the harness unable to judge: it fails instead
 
 # The greedy comparison must not meet ties: random weights give flat distributions whose top two
 # tokens are often closer than the -fa on noise. Exact arithmetic (no flash attention, f32 KV)
-# keeps the two decodings within ~1e-5, far below the gaps of greedy choices.
+# keeps the two decodings within ~1e-5 on the CPU, far below the gaps of greedy choices.
 EXACT = ["-fa", "off", "-ctk", "f32", "-ctv", "f32"]
+# On CUDA even EXACT leaves batch-vs-incremental noise (H200: 9e-3 in log-probability for AR
+# decoding, up to 3.3e-2 after speculative rollback, docs/benchmarks.md), so greedy paths may part
+# at near-ties: the tie rule steps over a divergence to a token AR rates within TIE_TOL_GPU of its
+# own choice, the largest noise the harness judges at all (TOL_CAP). BUUN_TEST_TIE_TOL overrides it.
+TIE_TOL_GPU = TOL_CAP
+# more ties than this and the comparison no longer says much: it fails instead
+MAX_TIES = N_GEN // 8
+# a DFlash verify batch: the last sampled token and up to block_size - 1 = 15 drafts
+VERIFY_BATCH = 16
 
 DFLASH = ["--spec-type", "dflash", "-cd", "256", "--draft-max", "16", "--draft-min", "1", "-b", "256", "-ub", "64"]
 
@@ -69,25 +89,136 @@ def _spec_stats(result: dict) -> tuple[int, int]:
     return int(t.get("draft_n", 0)), int(t.get("draft_n_accepted", 0))
 
 
+def _tie_tol() -> float:
+    """0 on the CPU: there any divergence fails."""
+    override = os.environ.get("BUUN_TEST_TIE_TOL")
+    if override:
+        return float(override)
+    return TIE_TOL_GPU if gpu_layers() else 0.0
+
+
+def _near_ties(want: dict, j: int, done: int, tie_tol: float, ties: int) -> list[dict[str, Any]]:
+    """AR's alternatives closer than tie_tol to its greedy choice at token j of `want` (generated
+    token done + j), asserting there are some. Not just the runner-up: noise can lift a third token
+    of a three-way near-tie just as well."""
+    top = sorted(want["completion_probabilities"][j]["top_logprobs"], key=lambda p: -p["logprob"])
+    gap = top[0]["logprob"] - top[1]["logprob"]
+    alts = [p for p in top[1:] if top[0]["logprob"] - p["logprob"] < tie_tol]
+    assert alts, (f"speculative decoding parts from greedy AR at generated token {done + j} where AR's top-2 gap "
+                  f"is {gap:.3g} (tie_tol {tie_tol}): not a near-tie")
+    assert ties < MAX_TIES, f"more than {MAX_TIES} near-ties: the comparison would say nothing"
+    return alts
+
+
+def _greedy_matches(ar: Server, prompt: list[int], got: list[int], tie_tol: float) -> int:
+    """Check the speculative generation `got` after `prompt` against greedy AR decoding; return the
+    near-ties stepped over. At a divergence the speculative token must be one AR rates within
+    tie_tol of its greedy choice; AR then continues from the speculative path (the draft run is
+    never restarted)."""
+    done, ties = 0, 0
+    while True:
+        want = ar.complete(prompt + got[:done], len(got) - done, n_probs=TOP_K)
+        j = next((i for i, (a, b) in enumerate(zip(want["tokens"], got[done:], strict=True)) if a != b), None)
+        if j is None:
+            return ties
+        alts = [a["id"] for a in _near_ties(want, j, done, tie_tol, ties)]
+        assert got[done + j] in alts, (f"generated token {done + j}: {got[done + j]} is neither AR's greedy "
+                                       f"{want['tokens'][j]} nor one of its near-ties {alts}")
+        done, ties = done + j + 1, ties + 1
+
+
+def _text_matches(ar: Server, prompt: str, text: str, n: int, tie_tol: float) -> int:
+    """`_greedy_matches` for a generation known only as text (llama-speculative-simple prints no
+    ids, and the synthetic tokens' text does not tokenize back to them): AR's token pieces locate
+    the divergence, and the text there must start with a near-tie's piece. `text` must be a
+    prefix of AR's `n` tokens (the program's trailing newlines are stripped)."""
+    rest, path, ties = text.encode(), [], 0
+    while True:
+        want = ar.complete([prompt, *path], n, n_probs=TOP_K)
+        pieces = [bytes(p["bytes"]) for p in want["completion_probabilities"]]
+        if b"".join(pieces).startswith(rest):
+            return ties
+        at, j = 0, 0  # the AR token holding the first differing byte, and where it starts
+        while j < len(pieces) and rest.startswith(pieces[j], at):
+            at, j = at + len(pieces[j]), j + 1
+        assert j < len(pieces), f"AR's {n} tokens are shorter than the speculative text"
+        alts = _near_ties(want, j, len(path), tie_tol, ties)
+        alt = next((a for a in alts if rest.startswith(bytes(a["bytes"]), at)), None)
+        assert alt, (f"generated token {len(path) + j}: {rest[at:at + 40]!r} starts with neither AR's greedy "
+                     f"{pieces[j]!r} nor one of its near-ties {[bytes(a['bytes']) for a in alts]}")
+        piece = bytes(alt["bytes"])
+        path += [*want["tokens"][:j], alt["id"]]
+        rest, ties = rest[at + len(piece):], ties + 1
+
+
+class _FakeAR(Server):
+    """Greedy AR decoding of a made-up model: at position p its choice is 100 + p, the runner-up
+    200 + p `gaps[p]` (default 1) behind, the third 300 + p another 0.02 behind."""
+
+    def __init__(self, gaps: dict[int, float]):
+        super().__init__("fake", Path("fake.log"))
+        self.gaps = gaps
+
+    def complete(self, prompt: list[Any] | str, n_predict: int, **extra: Any) -> dict[str, Any]:
+        start = sum(isinstance(t, int) for t in prompt)
+
+        def entry(tok: int, logprob: float) -> dict[str, Any]:
+            return {"id": tok, "logprob": logprob, "bytes": list(f"<{tok}>".encode())}
+
+        pos = range(start, start + n_predict)
+        # the server's shape: the chosen token, and the top ones (here in the wrong order: never relied on)
+        probs = [{**entry(100 + p, -1.0), "top_logprobs": [entry(200 + p, -1 - self.gaps.get(p, 1.0)),
+                                                           entry(300 + p, -1.02 - self.gaps.get(p, 1.0)),
+                                                           entry(100 + p, -1.0)]} for p in pos]
+        return {"tokens": [100 + p for p in pos], "completion_probabilities": probs}
+
+
+@pytest.mark.parametrize(("picks", "gaps", "tie_tol", "ties"), [
+    ({}, {}, 0.0, 0),  # the greedy path itself
+    ({5: 205}, {5: 0.01}, 0.0, None),  # on the CPU no tie is allowed
+    ({5: 205, 9: 209}, {5: 0.01, 9: 0.04}, 0.05, 2),
+    ({5: 205}, {5: 0.1}, 0.05, None),  # the runner-up, but too far behind
+    ({5: 305}, {5: 0.01}, 0.05, 1),  # the third, within the tolerance too
+    ({5: 305}, {5: 0.04}, 0.05, None),  # the third, too far behind
+    ({5: 999}, {5: 0.01}, 0.05, None),  # not among AR's top tokens
+    ({p: 200 + p for p in range(0, 2 * MAX_TIES + 2, 2)}, dict.fromkeys(range(64), 0.01), 0.05, None),  # too many
+])
+def test_tie_rule(picks: dict[int, int], gaps: dict[int, float], tie_tol: float, ties: int | None) -> None:
+    """The tie rule on a fake AR server, with token ids and with text (no llama.cpp needed)."""
+    got = [picks.get(p, 100 + p) for p in range(64)]
+    text = "".join(f"<{t}>" for t in got[:60])  # a prefix of what AR generates, as for the seed command
+    for check in (lambda: _greedy_matches(_FakeAR(gaps), [], got, tie_tol),
+                  lambda: _text_matches(_FakeAR(gaps), "prompt", text, 64, tie_tol)):
+        if ties is None:
+            with pytest.raises(AssertionError):
+                check()
+        else:
+            assert check() == ties
+
+
 @pytest.fixture(scope="module")
 def ar_server(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory):
-    """Plain AR decoding with the recipe's attention path (flash attention, f16 KV cache)."""
+    """Plain AR decoding with the recipe's attention path (flash attention, f16 KV cache). No context
+    checkpoints: to take one the server would decode a prompt's last 4 tokens as a batch of their
+    own, and the chunked control needs each chunk decoded as one batch."""
     target, _ = tiny_pair_f32
-    with llama_server(llama_bin, _base(target, "-fa", "on"), tmp_path_factory.mktemp("ar") / "log") as s:
+    args = _base(target, "-fa", "on", "-ctxcp", "0")
+    with llama_server(llama_bin, args, tmp_path_factory.mktemp("ar") / "log") as s:
         yield s
 
 
+@slow
 def test_lossless_greedy(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path) -> None:
     target, _ = tiny_pair_f32
-    drafted = 0
+    drafted, ties, tie_tol = 0, [], _tie_tol()
     with llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar, \
             llama_server(llama_bin, _dflash_args(tiny_pair_f32, *EXACT), tmp_path / "dflash.log") as spec:
         for prompt in PROMPTS:
-            want = ar.complete(prompt, N_GEN)["tokens"]
             got = spec.complete(prompt, N_GEN)
-            assert len(want) == N_GEN
-            assert got["tokens"] == want, "DFlash changed the greedy output"
+            assert len(got["tokens"]) == N_GEN
+            ties.append(_greedy_matches(ar, prompt, got["tokens"], tie_tol))
             drafted += _spec_stats(got)[0]
+    print(f"near-ties stepped over per prompt: {ties} (tie_tol {tie_tol})")  # for the GPU run's record
     assert drafted > 0, "no draft was ever verified: the harness did not exercise DFlash"
 
 
@@ -101,29 +232,83 @@ def _continuation(server: Server, committed: list[int], cached: bool) -> dict:
     return out
 
 
+def _chunked_continuation(server: Server, n_prompt: int, committed: list[int]) -> dict:
+    """The next-token distribution after `committed` decoded in batches the way speculative decoding
+    does: the first `n_prompt` tokens (and the odd remainder) from scratch, then VERIFY_BATCH tokens
+    per request on the cached state. The token each request samples is never decoded, so the slot
+    holds exactly the request's prompt and the next request extends it."""
+    ends = list(range(len(committed), n_prompt, -VERIFY_BATCH))[::-1]
+    out = server.complete(committed[:ends[0]], 1)
+    for end in ends[1:]:
+        out = server.complete(committed[:end], 1, cache_prompt=True, n_probs=TOP_K)
+        assert out["timings"]["prompt_n"] == VERIFY_BATCH, "the server did not decode just the new chunk"
+    return out
+
+
+@slow
 @pytest.mark.parametrize("synth_len", ["2.5", "6"])
 def test_rollback_matches_decoding_from_scratch(ar_server: Server, llama_bin: Path,
                                                 tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
                                                 synth_len: str) -> None:
     args = _dflash_args(tiny_pair_f32, "-fa", "on", "--spec-synth-len", synth_len)
-    control, spec_diff = [], []
+    incremental, chunked, spec_diff = [], [], []
     with llama_server(llama_bin, args, tmp_path / "synth.log") as spec:
         for prompt in PROMPTS:
-            # the control: AR decoding, cached, against the same tokens decoded from scratch
+            # the controls: AR decoding, one token at a time and in verify-sized chunks, against the
+            # same tokens decoded from scratch
             ar_gen = ar_server.complete(prompt, N_GEN, cache_prompt=True)
             seq = prompt + ar_gen["tokens"] + [1234]
             cached = _continuation(ar_server, seq, True)  # before the fresh run replaces the cache
-            control.append(_logprob_diff(_continuation(ar_server, seq, False), cached))
+            fresh = _continuation(ar_server, seq, False)
+            incremental.append(_logprob_diff(fresh, cached))
+            chunked.append(_logprob_diff(fresh, _chunked_continuation(ar_server, len(prompt), seq)))
             # speculative decoding with random partial acceptance, then the same comparison
             gen = spec.complete(prompt, N_GEN, cache_prompt=True)
             drafted, accepted = _spec_stats(gen)
             assert 0 < accepted < drafted, f"need partial acceptance, got {accepted}/{drafted}"
             seq = prompt + gen["tokens"] + [1234]
             spec_diff.append(_logprob_diff(_continuation(ar_server, seq, False), _continuation(spec, seq, True)))
-    noise = max(control)
+    noise = max(incremental + chunked)
+    print(f"noise: incremental {max(incremental):.3g}, chunked {max(chunked):.3g}; "
+          f"after rollback {max(spec_diff):.3g}")  # for the GPU run's record
     assert noise <= TOL_CAP, f"decoding noise {noise:.3g} is too large for the harness to judge"
     tol = max(TOL_FLOOR, NOISE_FACTOR * noise)
     assert max(spec_diff) <= tol, f"state after rollback differs by {max(spec_diff):.3g} (noise {noise:.3g})"
+
+
+# Tape replay (patch 0005) against upstream's snapshot planes: the replay runs the ops the verify
+# ran, on the same inputs, so the two rollbacks should agree to the last bit where kernels are
+# deterministic (the CPU: 0.0 measured). On CUDA a bound far below the decoding noise.
+TAPE_TOL = 1e-5
+TAPE_TOL_GPU = 1e-3
+
+
+@slow
+def test_tape_replay_equals_snapshots(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same synthetic acceptance on two servers of the same build, one rolling back by tape
+    replay, the other by upstream's snapshot planes (LLAMA_RS_ROLLBACK=snapshot): the same tokens,
+    and the same next-token log-probabilities on their cached states."""
+    args = _dflash_args(tiny_pair_f32, *EXACT, "--spec-synth-len", "2.5", "-lv", "4")
+    tol = TAPE_TOL_GPU if gpu_layers() else TAPE_TOL
+    with contextlib.ExitStack() as stack:
+        servers = {}
+        for mode in ("snapshot", "tape"):
+            monkeypatch.setenv("LLAMA_RS_ROLLBACK", mode)
+            servers[mode] = stack.enter_context(llama_server(llama_bin, args, tmp_path / f"{mode}.log"))
+        diffs = []
+        for prompt in PROMPTS:
+            gen = {mode: s.complete(prompt, N_GEN, cache_prompt=True) for mode, s in servers.items()}
+            assert gen["tape"]["tokens"] == gen["snapshot"]["tokens"]
+            drafted, accepted = _spec_stats(gen["tape"])
+            assert 0 < accepted < drafted and _spec_stats(gen["snapshot"]) == (drafted, accepted)
+            seq = prompt + gen["tape"]["tokens"] + [1234]
+            diffs.append(_logprob_diff(_continuation(servers["snapshot"], seq, True),
+                                       _continuation(servers["tape"], seq, True)))
+    print(f"tape replay vs snapshots: {max(diffs):.3g}")  # for the GPU run's record
+    assert "rollback = snapshots" in (tmp_path / "snapshot.log").read_text()
+    assert "rollback = tape replay" in (tmp_path / "tape.log").read_text()
+    assert max(diffs) <= tol, f"tape replay and snapshot rollback differ by {max(diffs):.3g}"
 
 
 def _top(result: dict) -> dict[int, float]:
@@ -138,6 +323,7 @@ def _logprob_diff(ref: dict, got: dict) -> float:
     return max(abs(want[t] - have[t]) for t in common)
 
 
+@slow
 def test_seed_server_command_runs_unchanged(llama_bin: Path, tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
     target, draft = tiny_pair
     seed = ["-m", str(target), "-md", str(draft), "--spec-type", "dflash", "-ngl", "99", "-ngld", "99",
@@ -163,13 +349,16 @@ def _speculative_simple(llama_bin: Path, tiny_pair: tuple[Path, Path], prompt: s
     return proc.stdout[proc.stdout.index(prompt) + len(prompt):].rstrip("\n")
 
 
+@slow
 def test_seed_speculative_simple_command(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path) -> None:
+    """The seed's command as written runs; and with exact arithmetic its greedy text is that of AR
+    decoding without a draft: a prefix of the AR server's text on the CPU, the same up to the tie
+    rule on a GPU build (`_text_matches`: the program prints text only)."""
     prompt = "def quicksort(arr):"
-    # the seed's command as written (it generates until the context is full: bounded here with -n)
+    # it generates until the context is full: bounded here with -n
     assert _speculative_simple(llama_bin, tiny_pair_f32, prompt, "-n", "32")
-    # and lossless: with exact arithmetic, the same text as greedy decoding without a draft
     generated = _speculative_simple(llama_bin, tiny_pair_f32, prompt, "-n", str(N_GEN), "--temp", "0", *EXACT)
     target, _ = tiny_pair_f32
     with llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar:
-        want = ar.complete(prompt, N_GEN + 32)["content"]
-    assert want.startswith(generated), (generated[:200], want[:200])
+        ties = _text_matches(ar, prompt, generated, N_GEN + 32, _tie_tol())
+    print(f"near-ties stepped over: {ties}")

@@ -1,0 +1,41 @@
+# Shared by the GPU session drivers (scripts/gpu_session.sh, scripts/gpu_perf.sh): run on a lent
+# H100/H200 machine (CUDA, no internet) from a copy of the checkout. Source it, then call
+# gpu_prepare. Needs .carry/llama-src.tar.xz (`buun vendor --archive .carry/llama-src.tar.xz`) and
+# .whl/ (buun's dependencies as Python 3.12 wheels, see docs/benchmarks.md) in the working tree.
+set -u -o pipefail
+R=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+W=${W:-/tmp/buun-gpu}
+RES=$W/results
+mkdir -p "$RES" "$W"
+cd "$R"
+
+log() { echo "[$(date +%T)] $*" | tee -a "$RES/summary.txt"; }
+step() {  # step NAME LIMIT_S CMD...: its output in $RES/NAME.log, its exit code in summary.txt
+    local name=$1 limit=$2 t0=$SECONDS rc
+    shift 2
+    log "start $name"
+    timeout --kill-after=20 "$limit" "$@" > "$RES/$name.log" 2>&1
+    rc=$?
+    log "end $name: rc=$rc in $((SECONDS - t0)) s"
+    return $rc
+}
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > "$RES/pip.log" 2>&1 || { log "wheel install failed"; exit 1; }
+export PYTHONPATH=/tmp/site:$R PYTHONUNBUFFERED=1
+export BUUN_MODELS_DIR=$W/models BUUN_DATA_DIR=$W/data BUUN_STATE_DIR=$W/state BUUN_CACHE_DIR=$W/cache
+BUUN="python3 -m buun_tool"
+BIN=$R/vendor/build/cuda/bin
+
+# vendor + patch, then the CUDA build with the product flags (sm_90) while the full-size
+# synthetic pair is written; exits on failure
+gpu_prepare() {
+    { nvidia-smi; nproc; free -g; python3 --version; nvcc --version | tail -1; } > "$RES/machine.txt" 2>&1
+    step vendor 120 bash -c "$BUUN vendor --from-archive .carry/llama-src.tar.xz && $BUUN patch" || exit 1
+    step build 1500 $BUUN build --cuda --cuda-arch 90 --jobs 16 &
+    local build_pid=$!
+    step synth 600 $BUUN synth --scale full --target-type q4_k_m --draft-type q4_k
+    wait $build_pid || { log "build failed"; cp vendor/build/cuda/build.log "$RES/build-full.log"; exit 1; }
+    cp vendor/build/cuda/buun-build.json "$RES/"
+    TARGET=$(ls "$BUUN_MODELS_DIR"/synthetic/synth-*-full-q4_k_m.gguf)
+}

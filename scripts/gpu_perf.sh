@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The DFlash performance patches measured on a lent GPU machine: upstream's snapshot rollback
+# (LLAMA_RS_ROLLBACK=snapshot) against the series' tape replay, in one build and one session.
+# Start it detached and poll (see scripts/gpu_session.sh), results in /tmp/buun-gpu/results:
+#   correctness harness on CUDA; llama-bench of the 16-token batch a verify runs and of one AR
+#   token; per-phase profiles of a DFlash step (LLAMA_SPEC_PROFILE=1, patch 0004) at synthetic
+#   AL 1 and 8.31; `buun bench` tok/s (AR and synthetic AL 1 / 7.67 / 8.31) and `buun fit
+#   --measure` GPU memory for each rollback.
+. "$(dirname "$0")/gpu_lib.sh"
+gpu_prepare
+
+step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
+step llama-bench 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 128 -r 5
+
+BENCH=(--scale full --suite code --mode raw)
+for rb in snapshot tape; do
+    step "profile-$rb" 600 env LLAMA_SPEC_PROFILE=1 LLAMA_RS_ROLLBACK=$rb $BUUN bench "${BENCH[@]}" --no-ar \
+        --synthetic-al 1 --synthetic-al 8.31 --prompts 1 --n-predict 256 --out "$RES/profile-$rb"
+    grep -h "spec profile" "$RES/profile-$rb"/server-*.log > "$RES/profile-$rb.txt"
+done
+for rb in snapshot tape; do
+    step "bench-$rb" 600 env LLAMA_RS_ROLLBACK=$rb $BUUN bench "${BENCH[@]}" \
+        --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-$rb"
+    step "fit-$rb" 200 env LLAMA_RS_ROLLBACK=$rb $BUUN fit --ctx 6048 --draft-max 15 --ctx-draft 0 --measure --scale full --json
+done
+step fit-ar 200 $BUUN fit --ctx 6048 --draft-max 0 --measure --scale full --json
+log "done in $SECONDS s"
