@@ -168,9 +168,10 @@ class LocalServer:
     process group, waits `grace` seconds, then SIGKILLs the group and reaps it."""
 
     def __init__(self, argv: list[str], log_path: Path, port: int, load_timeout: float = 300.0,
-                 grace: float = 10.0):
+                 grace: float = 10.0, env: dict[str, str] | None = None):
         self.argv, self.log_path, self.port = argv, log_path, port
         self.load_timeout, self.grace = load_timeout, grace
+        self.env = {**os.environ, **env} if env else None  # added to buun's own environment
         self.proc: subprocess.Popen[bytes] | None = None
         self._old_sigterm: Any = None
 
@@ -191,7 +192,7 @@ class LocalServer:
             log.write(("$ " + shlex.join(self.argv) + "\n").encode())
             log.flush()
             # its own session: the server and anything it spawns are stopped as one group
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
         if threading.current_thread() is threading.main_thread():
             # a `kill` of buun unwinds through stop() instead of leaving the server behind

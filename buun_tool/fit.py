@@ -12,8 +12,10 @@ attention on), following the pinned upstream's allocations:
   recipe geometry and the quant types (the exact tensor list `buun synth` writes).
 - KV cache of the full-attention layers only: pad256(ctx) cells x K and V rows, by cache type.
 - recurrent state of the Gated DeltaNet layers, f32: the delta-net state (state_size x
-  value_dim) and the conv window ((kernel - 1) x conv_dim), in 1 + n_rs_seq planes per
-  sequence, n_rs_seq being the unclamped --spec-draft-n-max (upstream's snapshot rollback).
+  value_dim) and the conv window ((kernel - 1) x conv_dim) per sequence. With a drafter, patch
+  0005's tape-replay rollback keeps 2 planes and a tape of n_rs_seq + 1 tokens (conv inputs, gate
+  and beta per delta-net layer), n_rs_seq being the unclamped --spec-draft-n-max; upstream's
+  snapshot rollback (LLAMA_RS_ROLLBACK=snapshot) keeps 1 + n_rs_seq planes.
 - the drafter's KV cache at its own context (-cd) or the target's.
 - compute buffers: formulas fitted to llama-server's reported sizes (CPU build, full and tiny
   synthetic models, several ubatch, context and n_max values; see _target_compute).
@@ -59,6 +61,7 @@ class FitFlags:
     draft_cache_type: str = "f16"  # -ctkd / -ctvd
     batch: int = 256  # -b
     ubatch: int = 64  # -ub
+    rollback: str = "tape"  # LLAMA_RS_ROLLBACK: tape (patch 0005) or snapshot (upstream's planes)
 
     @property
     def spec(self) -> bool:
@@ -172,9 +175,23 @@ def recurrent_plane(t: synth.TargetGeometry) -> int:
     return (t.num_hidden_layers - t.n_full_attention) * (conv + state) * 4
 
 
+def recurrent_planes(f: FitFlags) -> int:
+    if not f.spec:
+        return 1
+    return 2 if f.rollback == "tape" else 1 + f.draft_max
+
+
+def recurrent_tape(t: synth.TargetGeometry, f: FitFlags) -> int:
+    """Patch 0005's tape for one verify of n_rs_seq + 1 tokens: per delta-net layer and token the
+    conv inputs, the gate and beta (f32)."""
+    if not f.spec or f.rollback != "tape":
+        return 0
+    per_token = t.conv_dim + 2 * t.linear_num_value_heads
+    return f.n_parallel * (t.num_hidden_layers - t.n_full_attention) * (f.draft_max + 1) * per_token * 4
+
+
 def recurrent(t: synth.TargetGeometry, f: FitFlags) -> int:
-    planes = 1 + (f.draft_max if f.spec else 0)
-    return f.n_parallel * planes * recurrent_plane(t)
+    return f.n_parallel * recurrent_planes(f) * recurrent_plane(t) + recurrent_tape(t, f)
 
 
 def draft_cells(f: FitFlags) -> int:
@@ -199,10 +216,11 @@ def _target_compute(t: synth.TargetGeometry, f: FitFlags) -> int:
     AR 17.25 / 138.0 MiB at -ub 64 / 512, DFlash n_max 4/8/15 at -ub 64: 29.2 / 41.2 / 62.2 MiB;
     tiny scale likewise, within ~15%): per ubatch token about 4 f32 rows of the FFN width (or
     ~6 of the delta-net value width), one delta-net state per layer for each rollback plane the
-    graph writes, or the logits of the verified block, whichever is larger; plus the f16 KQ mask."""
+    graph writes (none with the tape), or the logits of the verified block, whichever is larger;
+    plus the f16 KQ mask."""
     ub = min(f.ubatch, f.batch)
     per_token = 4 * max(4 * t.intermediate_size, int(5.67 * t.value_dim))
-    n_rs = f.draft_max if f.spec else 0
+    n_rs = f.draft_max if f.spec and f.rollback == "snapshot" else 0
     states = n_rs * t.linear_key_head_dim * t.value_dim * 4
     logits = (f.draft_max + 1 if f.spec else 1) * f.n_parallel * t.vocab_size * 4
     mask = ub * cells(f.ctx, f.n_parallel) * 2
@@ -255,7 +273,8 @@ def predict(recipe: Any, flags: FitFlags, scale: str = "full", weights: Weights 
     w = weights or weights_from_plan(recipe, scale, "q4_k_m", "q4_k")
     f = flags
     n_cells = cells(f.ctx, f.n_parallel)
-    planes = 1 + (f.draft_max if f.spec else 0)
+    planes = recurrent_planes(f)
+    tape = f" + tape {recurrent_tape(t, f) / MIB:.1f} MiB" if recurrent_tape(t, f) else ""
     weights_detail = "all tensors but token_embd (host)" if cuda else "all tensors (CPU build)"
     comps = [
         Component("target_weights", "target weights", w.target_gpu + (0 if cuda else w.target_host), weights_detail),
@@ -263,7 +282,7 @@ def predict(recipe: Any, flags: FitFlags, scale: str = "full", weights: Weights 
                   f"{t.n_full_attention} full-attention layers x {n_cells} cells, "
                   f"K {f.cache_type_k} V {f.cache_type_v}"),
         Component("recurrent", "recurrent state", recurrent(t, f),
-                  f"{planes} plane(s) x {recurrent_plane(t) / MIB:.1f} MiB (delta-net + conv, f32)"),
+                  f"{planes} plane(s) x {recurrent_plane(t) / MIB:.1f} MiB (delta-net + conv, f32){tape}"),
         Component("target_compute", "target compute buffer", _target_compute(t, f), f"-ub {f.ubatch}"),
     ]
     if f.spec:
@@ -429,7 +448,7 @@ def measure(recipe: Any, flags: FitFlags, models_dir: Path, log_dir: Path, scale
     argv = measure_argv(binary, target, drafter, flags, port, cpu_only=not gpu)
     log = log_dir / f"fit-measure-{scale}.log"
     before = bench.GpuMemorySampler.used_mib() if gpu else None
-    with bench.LocalServer(argv, log, port, load_timeout):
+    with bench.LocalServer(argv, log, port, load_timeout, env={"LLAMA_RS_ROLLBACK": flags.rollback}):
         after = bench.GpuMemorySampler.used_mib() if gpu else None
     sections = parse_buffers(log.read_text(errors="replace"))
     used = after - before if after is not None and before is not None else None

@@ -4,24 +4,45 @@
 # Start it detached and poll (see scripts/gpu_session.sh), results in /tmp/buun-gpu/results:
 #   correctness harness on CUDA; llama-bench of the 16-token batch a verify runs and of one AR
 #   token; per-phase profiles of a DFlash step (LLAMA_SPEC_PROFILE=1, patch 0004) at synthetic
-#   AL 1 and 8.31; `buun bench` tok/s (AR and synthetic AL 1 / 7.67 / 8.31) and `buun fit
-#   --measure` GPU memory for each rollback.
+#   AL 1 and 8.31; `buun bench` tok/s (AR and synthetic AL 1 / 7.67 / 8.31) for each rollback and
+#   for tape with the target's sampling on the GPU (-bs); `buun fit --measure` GPU memory.
 . "$(dirname "$0")/gpu_lib.sh"
 gpu_prepare
 
 step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
-step llama-bench 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 128 -r 5
+step llama-bench 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1,16 -n 128 -r 5
 
 BENCH=(--scale full --suite code --mode raw)
-for rb in snapshot tape; do
-    step "profile-$rb" 600 env LLAMA_SPEC_PROFILE=1 LLAMA_RS_ROLLBACK=$rb $BUUN bench "${BENCH[@]}" --no-ar \
-        --synthetic-al 1 --synthetic-al 8.31 --prompts 1 --n-predict 256 --out "$RES/profile-$rb"
-    grep -h "spec profile" "$RES/profile-$rb"/server-*.log > "$RES/profile-$rb.txt"
+# name, LLAMA_RS_ROLLBACK, extra llama-server flags
+VARIANTS=("snapshot snapshot" "tape tape" "tape-bs tape -bs")
+for v in "${VARIANTS[@]}"; do
+    read -r name rb extra <<< "$v"
+    step "profile-$name" 600 env LLAMA_SPEC_PROFILE=1 LLAMA_RS_ROLLBACK=$rb $BUUN bench "${BENCH[@]}" --no-ar \
+        --synthetic-al 1 --synthetic-al 8.31 --prompts 1 --n-predict 256 --server-args "$extra" --out "$RES/profile-$name"
+    grep -H "spec profile" "$RES/profile-$name"/server-*.log > "$RES/profile-$name.txt"
+done
+for v in "${VARIANTS[@]}"; do
+    read -r name rb extra <<< "$v"
+    step "bench-$name" 600 env LLAMA_RS_ROLLBACK=$rb $BUUN bench "${BENCH[@]}" --server-args "$extra" \
+        --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-$name"
 done
 for rb in snapshot tape; do
-    step "bench-$rb" 600 env LLAMA_RS_ROLLBACK=$rb $BUUN bench "${BENCH[@]}" \
-        --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-$rb"
-    step "fit-$rb" 200 env LLAMA_RS_ROLLBACK=$rb $BUUN fit --ctx 6048 --draft-max 15 --ctx-draft 0 --measure --scale full --json
+    step "fit-$rb" 200 $BUUN fit --ctx 6048 --draft-max 15 --ctx-draft 0 --rollback $rb --measure --scale full --json
 done
 step fit-ar 200 $BUUN fit --ctx 6048 --draft-max 0 --measure --scale full --json
+step fit-3090 60 $BUUN fit --gpu-mem 24
+
+# what comes back: one archive (the device tool returns a few files per call)
+mkdir -p "$W/pack"
+cp -r "$RES"/*.txt "$RES"/*.log "$RES"/*.json "$RES"/*.xml "$W/pack/" 2>/dev/null
+for d in "$RES"/bench-* "$RES"/profile-*; do
+    [ -d "$d" ] || continue
+    mkdir -p "$W/pack/$(basename "$d")"
+    cp "$d"/*.json "$d"/*.png "$W/pack/$(basename "$d")/" 2>/dev/null
+    for f in "$d"/server-*.log; do
+        grep -E "buffer size|rollback =|spec profile|graphs reused|eval time|draft acceptance" "$f" \
+            > "$W/pack/$(basename "$d")/$(basename "$f")"
+    done
+done
+tar czf "$W/results.tgz" -C "$W" pack
 log "done in $SECONDS s"

@@ -14,7 +14,8 @@ from buun_tool.cli.app import app
 
 MIB = 2**20
 CALIBRATION_AR = fit.FitFlags(ctx=6048, draft_max=0, batch=2048, ubatch=512)
-CALIBRATION_DFLASH = fit.FitFlags(ctx=6048, draft_max=15, batch=256, ubatch=64)
+# calibrated with the pinned upstream, whose rollback keeps 1 + n_max snapshot planes
+CALIBRATION_DFLASH = fit.FitFlags(ctx=6048, draft_max=15, batch=256, ubatch=64, rollback="snapshot")
 
 # llama-server's buffer lines as a CUDA build prints them (-lv 4), target then drafter
 CUDA_LOG = """\
@@ -50,6 +51,15 @@ class TestComponents:
     def test_calibration_points(self, recipe) -> None:
         assert fit.predict(recipe, CALIBRATION_AR).total / fit.GIB == pytest.approx(16.3, abs=0.05)
         assert fit.predict(recipe, CALIBRATION_DFLASH).total / fit.GIB == pytest.approx(19.7, abs=0.05)
+
+    def test_tape_rollback_keeps_two_planes_and_a_tape(self, recipe) -> None:
+        tape = fit.predict(recipe, replace(CALIBRATION_DFLASH, rollback="tape"))
+        snapshot = fit.predict(recipe, CALIBRATION_DFLASH)
+        # 2 planes + 48 layers x 16 tokens x (conv 10240 + gate and beta 2 x 48) f32: the H200's RS buffer
+        assert tape.get("recurrent") == 2 * 48 * (128 * 6144 + 3 * 10240) * 4 + 48 * 16 * (10240 + 96) * 4
+        assert tape.get("recurrent") / MIB == pytest.approx(329.53, abs=0.01)
+        assert tape.get("target_compute") < snapshot.get("target_compute")  # no snapshot states in the graph
+        assert (snapshot.total - tape.total) / fit.GIB > 2
 
     def test_kv_cache_types_scale_the_cache(self, recipe) -> None:
         f16 = fit.predict(recipe, CALIBRATION_DFLASH).get("target_kv")

@@ -218,6 +218,8 @@ def fit_cmd(
     batch: Annotated[int | None, typer.Option("--batch", help="-b (default: the recipe's).", show_default=False)
                      ] = None,
     parallel: Annotated[int | None, typer.Option("--parallel", help="-np.", show_default=False)] = None,
+    rollback: Annotated[str, typer.Option("--rollback", help="Recurrent-state rollback: tape (buun's patch "
+                                          "0005) or snapshot (upstream's planes).")] = "tape",
     margin: Annotated[float, typer.Option("--margin", help="GiB kept free (display, fragmentation).")] = 0.25,
     measure_: Annotated[bool, typer.Option("--measure", help="Also load the synthetic pair in the real "
                                            "llama-server and read what it allocates.")] = False,
@@ -225,13 +227,16 @@ def fit_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Predict GPU memory by component; say whether it fits, the largest context, and what makes it fit."""
+    if rollback not in ("tape", "snapshot"):
+        raise UsageError(f"--rollback {rollback}: expected tape or snapshot", "tape is the patched build's default")
     r = recipes.load(recipe)
     base = fit.flags_from_recipe(r)
     kv = ctk or base.cache_type_k
     flags = replace(base, ctx=ctx or base.ctx, cache_type_k=kv, cache_type_v=ctv or (kv if ctk else base.cache_type_v),
                     draft_max=base.draft_max if draft_max is None else draft_max,
                     draft_ctx=base.draft_ctx if ctx_draft is None else (ctx_draft or None),
-                    ubatch=ubatch or base.ubatch, batch=batch or base.batch, n_parallel=parallel or base.n_parallel)
+                    ubatch=ubatch or base.ubatch, batch=batch or base.batch, n_parallel=parallel or base.n_parallel,
+                    rollback=rollback)
     gpu_gib = gpu_mem or _default_gpu_gib()
     weights = fit.default_weights(r)
     pred = fit.predict(r, flags, weights=weights)
