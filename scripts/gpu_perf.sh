@@ -4,8 +4,9 @@
 # Start it detached and poll (see scripts/gpu_session.sh), results in /tmp/buun-gpu/results:
 #   correctness harness on CUDA; llama-bench of the 16-token batch a verify runs and of one AR
 #   token; per-phase profiles of a DFlash step (LLAMA_SPEC_PROFILE=1, patch 0004) at synthetic
-#   AL 1 and 8.31; `buun bench` tok/s (AR and synthetic AL 1 / 7.67 / 8.31) for each rollback and
-#   for tape with the target's sampling on the GPU (-bs); `buun fit --measure` GPU memory.
+#   AL 1 and 8.31; `buun bench` tok/s (AR and synthetic AL 1 / 7.67 / 8.31) for upstream's
+#   behaviour (LLAMA_RS_ROLLBACK=snapshot LLAMA_GREEDY_ARGMAX=0), + tape replay (0005), + greedy
+#   argmax (0006), + the argmax on the GPU (-bs); `buun fit --measure` GPU memory.
 . "$(dirname "$0")/gpu_lib.sh"
 gpu_prepare
 
@@ -13,17 +14,20 @@ step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
 step llama-bench 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1,16 -n 128 -r 5
 
 BENCH=(--scale full --suite code --mode raw)
-# name, LLAMA_RS_ROLLBACK, extra llama-server flags
-VARIANTS=("snapshot snapshot" "tape tape" "tape-bs tape -bs")
+# name | environment | extra llama-server flags. upstream = neither 0005 nor 0006 (same build)
+VARIANTS=("upstream|LLAMA_RS_ROLLBACK=snapshot LLAMA_GREEDY_ARGMAX=0|"
+          "tape|LLAMA_GREEDY_ARGMAX=0|"
+          "tape-argmax||"
+          "tape-argmax-bs||-bs")
 for v in "${VARIANTS[@]}"; do
-    read -r name rb extra <<< "$v"
-    step "profile-$name" 600 env LLAMA_SPEC_PROFILE=1 LLAMA_RS_ROLLBACK=$rb $BUUN bench "${BENCH[@]}" --no-ar \
+    IFS='|' read -r name vars extra <<< "$v"
+    step "profile-$name" 600 env LLAMA_SPEC_PROFILE=1 $vars $BUUN bench "${BENCH[@]}" --no-ar \
         --synthetic-al 1 --synthetic-al 8.31 --prompts 1 --n-predict 256 --server-args "$extra" --out "$RES/profile-$name"
     grep -H "spec profile" "$RES/profile-$name"/server-*.log > "$RES/profile-$name.txt"
 done
 for v in "${VARIANTS[@]}"; do
-    read -r name rb extra <<< "$v"
-    step "bench-$name" 600 env LLAMA_RS_ROLLBACK=$rb $BUUN bench "${BENCH[@]}" --server-args "$extra" \
+    IFS='|' read -r name vars extra <<< "$v"
+    step "bench-$name" 600 env $vars $BUUN bench "${BENCH[@]}" --server-args "$extra" \
         --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-$name"
 done
 for rb in snapshot tape; do
