@@ -5,8 +5,8 @@
 #   correctness harness on CUDA; llama-bench of the 16-token batch a verify runs and of one AR
 #   token; per-phase profiles of a DFlash step (LLAMA_SPEC_PROFILE=1, patch 0004) at synthetic
 #   AL 1 and 8.31; `buun bench` tok/s (AR and synthetic AL 1 / 7.67 / 8.31) for upstream's
-#   behaviour (LLAMA_RS_ROLLBACK=snapshot LLAMA_GREEDY_ARGMAX=0), + tape replay (0005), + greedy
-#   argmax (0006), + the argmax on the GPU (-bs); `buun fit --measure` GPU memory.
+#   rollback (LLAMA_RS_ROLLBACK=snapshot), the tape replay (0005), and the tape with the target's
+#   sampling on the GPU (-bs); `buun fit --measure` GPU memory.
 . "$(dirname "$0")/gpu_lib.sh"
 gpu_prepare
 
@@ -14,11 +14,10 @@ step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
 step llama-bench 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1,16 -n 128 -r 5
 
 BENCH=(--scale full --suite code --mode raw)
-# name | environment | extra llama-server flags. upstream = neither 0005 nor 0006 (same build)
-VARIANTS=("upstream|LLAMA_RS_ROLLBACK=snapshot LLAMA_GREEDY_ARGMAX=0|"
-          "tape|LLAMA_GREEDY_ARGMAX=0|"
-          "tape-argmax||"
-          "tape-argmax-bs||-bs")
+# name | environment | extra llama-server flags. upstream: 0005's tape replay off (same build)
+VARIANTS=("upstream|LLAMA_RS_ROLLBACK=snapshot|"
+          "tape||"
+          "tape-bs||-bs")
 for v in "${VARIANTS[@]}"; do
     IFS='|' read -r name vars extra <<< "$v"
     step "profile-$name" 600 env LLAMA_SPEC_PROFILE=1 $vars $BUUN bench "${BENCH[@]}" --no-ar \

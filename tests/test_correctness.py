@@ -132,7 +132,7 @@ def _text_matches(ar: Server, prompt: str, text: str, n: int, tie_tol: float) ->
     ids, and the synthetic tokens' text does not tokenize back to them): AR's token pieces locate
     the divergence, and the text there must start with a near-tie's piece. `text` must be a
     prefix of AR's `n` tokens (the program's trailing newlines are stripped)."""
-    rest, path, ties = text.encode(), [], 0
+    rest, path, ties = text.encode(errors="surrogateescape"), [], 0
     while True:
         want = ar.complete([prompt, *path], n, n_probs=TOP_K)
         pieces = [bytes(p["bytes"]) for p in want["completion_probabilities"]]
@@ -340,13 +340,16 @@ def _speculative_simple(llama_bin: Path, tiny_pair: tuple[Path, Path], prompt: s
     target, draft = tiny_pair
     cmd = [str(llama_bin / "llama-speculative-simple"), "-m", str(target), "-md", str(draft), "--spec-type", "dflash",
            "-ngl", "99", "-ngld", "99", "-c", "4096", "--draft-max", "16", "--draft-min", "1", "-p", prompt, *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    n_drafted = re.search(r"n_drafted\s*=\s*(\d+)", proc.stderr)
-    assert n_drafted and int(n_drafted.group(1)) > 0, proc.stderr[-2000:]
-    # stdout: the prompt, the generated text, then blank lines the program prints at the end
-    assert prompt in proc.stdout, proc.stdout[:500]
-    return proc.stdout[proc.stdout.index(prompt) + len(prompt):].rstrip("\n")
+    proc = subprocess.run(cmd, capture_output=True, timeout=600)
+    err = proc.stderr.decode(errors="replace")
+    assert proc.returncode == 0, err[-3000:]
+    n_drafted = re.search(r"n_drafted\s*=\s*(\d+)", err)
+    assert n_drafted and int(n_drafted.group(1)) > 0, err[-2000:]
+    # stdout: the prompt, the generated text, then blank lines the program prints at the end. The
+    # random weights' tokens may end mid-character: surrogateescape keeps every byte (see _text_matches)
+    out = proc.stdout.decode(errors="surrogateescape")
+    assert prompt in out, out[:500]
+    return out[out.index(prompt) + len(prompt):].rstrip("\n")
 
 
 @slow
