@@ -311,6 +311,33 @@ def test_tape_replay_equals_snapshots(llama_bin: Path, tiny_pair_f32: tuple[Path
     assert max(diffs) <= tol, f"tape replay and snapshot rollback differ by {max(diffs):.3g}"
 
 
+@slow
+def test_state_after_rollbacks_survives_slot_save_and_restore(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
+                                                               tmp_path: Path) -> None:
+    """Patch 0005 adds the tape to a saved sequence state: after a generation full of partial
+    rollbacks, a slot saved, overwritten and restored holds the state decoding from scratch gives.
+    (A generation limited by n_predict ends with its state materialized: the server drafts no more
+    than the tokens left, so the last step is whole or AR. A replay still pending at save time, as
+    after a stop string inside an accepted draft, is not reached here.)"""
+    save_dir = tmp_path / "slots"
+    save_dir.mkdir()
+    target, _ = tiny_pair_f32
+    args = _dflash_args(tiny_pair_f32, *EXACT, "--spec-synth-len", "2.5", "--slot-save-path", f"{save_dir}/")
+    diffs = []
+    with llama_server(llama_bin, args, tmp_path / "spec.log") as spec, \
+            llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar:
+        for i, prompt in enumerate(PROMPTS):
+            gen = spec.complete(prompt, N_GEN, cache_prompt=True)
+            drafted, accepted = _spec_stats(gen)
+            assert 0 < accepted < drafted
+            spec.post("/slots/0?action=save", {"filename": f"s{i}.bin"})
+            spec.complete([7, 8, 9], 2)  # the slot now holds something else
+            spec.post("/slots/0?action=restore", {"filename": f"s{i}.bin"})
+            seq = prompt + gen["tokens"] + [1234]
+            diffs.append(_logprob_diff(_continuation(ar, seq, False), _continuation(spec, seq, True)))
+    assert max(diffs) <= TOL_FLOOR, f"restored state differs from decoding from scratch by {max(diffs):.3g}"
+
+
 def _top(result: dict) -> dict[int, float]:
     probs = result["completion_probabilities"][0]["top_logprobs"]
     return {p["id"]: p["logprob"] for p in probs}
