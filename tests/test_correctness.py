@@ -314,11 +314,11 @@ def test_tape_replay_equals_snapshots(llama_bin: Path, tiny_pair_f32: tuple[Path
 @slow
 def test_state_after_rollbacks_survives_slot_save_and_restore(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
                                                                tmp_path: Path) -> None:
-    """Patch 0005 adds the tape to a saved sequence state: after a generation full of partial
-    rollbacks, a slot saved, overwritten and restored holds the state decoding from scratch gives.
-    (A generation limited by n_predict ends with its state materialized: the server drafts no more
-    than the tokens left, so the last step is whole or AR. A replay still pending at save time, as
-    after a stop string inside an accepted draft, is not reached here.)"""
+    """Patch 0005 saves a sequence state whose last rollback still waits for its replay as the state
+    before the verify plus the tape tokens to replay. Generations that a stop string ends inside an
+    accepted draft leave such a state (n_predict alone never does: the server drafts no more than
+    the tokens left); a slot saved then, overwritten and restored must hold the state decoding
+    its tokens from scratch gives."""
     save_dir = tmp_path / "slots"
     save_dir.mkdir()
     target, _ = tiny_pair_f32
@@ -327,13 +327,16 @@ def test_state_after_rollbacks_survives_slot_save_and_restore(llama_bin: Path, t
     with llama_server(llama_bin, args, tmp_path / "spec.log") as spec, \
             llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar:
         for i, prompt in enumerate(PROMPTS):
-            gen = spec.complete(prompt, N_GEN, cache_prompt=True)
-            drafted, accepted = _spec_stats(gen)
-            assert 0 < accepted < drafted
-            spec.post("/slots/0?action=save", {"filename": f"s{i}.bin"})
+            tokens = spec.complete(prompt, N_GEN)["tokens"]  # greedy and seeded: the run below repeats it
+            pieces = [spec.post("/detokenize", {"tokens": [t]})["content"] for t in tokens]
+            # stop at the first token past the middle whose text does not occur before it
+            j = next(j for j in range(N_GEN // 2, N_GEN) if pieces[j].strip() and pieces[j] not in "".join(pieces[:j]))
+            gen = spec.complete(prompt, N_GEN, cache_prompt=True, stop=[pieces[j]])
+            assert gen["stop_type"] == "word" and _spec_stats(gen)[1] > 0
+            saved = spec.post("/slots/0?action=save", {"filename": f"s{i}.bin"})
             spec.complete([7, 8, 9], 2)  # the slot now holds something else
             spec.post("/slots/0?action=restore", {"filename": f"s{i}.bin"})
-            seq = prompt + gen["tokens"] + [1234]
+            seq = (prompt + tokens)[:saved["n_saved"]] + [1234]
             diffs.append(_logprob_diff(_continuation(ar, seq, False), _continuation(spec, seq, True)))
     assert max(diffs) <= TOL_FLOOR, f"restored state differs from decoding from scratch by {max(diffs):.3g}"
 
