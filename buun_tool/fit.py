@@ -274,7 +274,8 @@ def predict(recipe: Any, flags: FitFlags, scale: str = "full", weights: Weights 
     f = flags
     n_cells = cells(f.ctx, f.n_parallel)
     planes = recurrent_planes(f)
-    tape = f" + tape {recurrent_tape(t, f) / MIB:.1f} MiB" if recurrent_tape(t, f) else ""
+    tape_bytes = recurrent_tape(t, f)
+    tape = f" + tape {tape_bytes / MIB:.1f} MiB" if tape_bytes else ""
     weights_detail = "all tensors but token_embd (host)" if cuda else "all tensors (CPU build)"
     comps = [
         Component("target_weights", "target weights", w.target_gpu + (0 if cuda else w.target_host), weights_detail),
