@@ -39,3 +39,19 @@ gpu_prepare() {
     cp vendor/build/cuda/buun-build.json "$RES/"
     TARGET=$(ls "$BUUN_MODELS_DIR"/synthetic/synth-*-full-q4_k_m.gguf)
 }
+
+# what comes back: one archive, $W/results.tgz (the device tool returns a few files per call)
+gpu_pack() {
+    mkdir -p "$W/pack"
+    cp -r "$RES"/*.txt "$RES"/*.log "$RES"/*.json "$RES"/*.xml "$W/pack/" 2>/dev/null
+    for d in "$RES"/bench-* "$RES"/profile-*; do
+        [ -d "$d" ] || continue
+        mkdir -p "$W/pack/$(basename "$d")"
+        cp "$d"/*.json "$d"/*.png "$W/pack/$(basename "$d")/" 2>/dev/null
+        for f in "$d"/server-*.log; do
+            grep -E "buffer size|rollback =|spec profile|graphs reused|eval time|draft acceptance" "$f" \
+                > "$W/pack/$(basename "$d")/$(basename "$f")"
+        done
+    done
+    tar czf "$W/results.tgz" -C "$W" pack
+}

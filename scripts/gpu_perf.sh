@@ -35,17 +35,5 @@ done
 step fit-ar 200 $BUUN fit --ctx 6048 --draft-max 0 --measure --scale full --json
 step fit-3090 60 $BUUN fit --gpu-mem 24
 
-# what comes back: one archive (the device tool returns a few files per call)
-mkdir -p "$W/pack"
-cp -r "$RES"/*.txt "$RES"/*.log "$RES"/*.json "$RES"/*.xml "$W/pack/" 2>/dev/null
-for d in "$RES"/bench-* "$RES"/profile-*; do
-    [ -d "$d" ] || continue
-    mkdir -p "$W/pack/$(basename "$d")"
-    cp "$d"/*.json "$d"/*.png "$W/pack/$(basename "$d")/" 2>/dev/null
-    for f in "$d"/server-*.log; do
-        grep -E "buffer size|rollback =|spec profile|graphs reused|eval time|draft acceptance" "$f" \
-            > "$W/pack/$(basename "$d")/$(basename "$f")"
-    done
-done
-tar czf "$W/results.tgz" -C "$W" pack
+gpu_pack
 log "done in $SECONDS s"

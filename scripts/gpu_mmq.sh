@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The small-batch MMQ patch (0006) against the same tree without it, on one lent GPU machine.
+# Start it detached and poll (see scripts/gpu_session.sh); results in /tmp/buun-gpu/results:
+#   test-backend-ops MUL_MAT (CUDA against the CPU) for the quant types 0006 retunes; the
+#   correctness harness on CUDA; then, with 0006 and again after rebuilding without it (only the
+#   MMQ objects recompile): llama-bench of the 16-token batch a verify runs and of AR tokens, the
+#   per-phase profile of a DFlash step (LLAMA_SPEC_PROFILE=1) at synthetic AL 1 and 8.31, and
+#   `buun bench` tok/s (AR and synthetic AL 1 / 7.67 / 8.31).
+. "$(dirname "$0")/gpu_lib.sh"
+gpu_prepare
+
+MMQ_FILES=(ggml/src/ggml-cuda/mmq.cuh ggml/src/ggml-cuda/mmq-config-ampere.cuh)
+CHANGED_TYPES='type_a=(q4_0|q4_1|q5_0|q5_1|q8_0|q2_K|q3_K|q4_K|q5_K|q6_K),'
+BENCH=(--scale full --suite code --mode raw)
+
+measure() {  # measure TAG: the same measurements for each build
+    local tag=$1
+    step "llama-bench-$tag" 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 128 -r 5
+    step "profile-$tag" 600 env LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" --no-ar \
+        --synthetic-al 1 --synthetic-al 8.31 --prompts 1 --n-predict 256 --out "$RES/profile-$tag"
+    grep -H "spec profile" "$RES/profile-$tag"/server-*.log > "$RES/profile-$tag.txt"
+    step "bench-$tag" 600 $BUUN bench "${BENCH[@]}" \
+        --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-$tag"
+}
+
+step tbo-build 900 bash -c "cmake -S vendor/llama.cpp -B vendor/build/cuda -DLLAMA_BUILD_TESTS=ON > /dev/null \
+    && cmake --build vendor/build/cuda -j 16 --target test-backend-ops"
+step tbo-mul-mat 600 "$BIN/test-backend-ops" test -o MUL_MAT -b CUDA0 -p "$CHANGED_TYPES"
+tail -3 "$RES/tbo-mul-mat.log" | tee -a "$RES/summary.txt"
+step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
+measure mmq16
+
+# the baseline: the same build without 0006
+git -C vendor/llama.cpp checkout HEAD~1 -- "${MMQ_FILES[@]}"
+step rebuild-base 900 cmake --build vendor/build/cuda -j 16 --target llama-server llama-bench test-backend-ops
+measure base
+git -C vendor/llama.cpp checkout HEAD -- "${MMQ_FILES[@]}"
+
+gpu_pack
+log "done in $SECONDS s"
