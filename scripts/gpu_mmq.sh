@@ -5,13 +5,15 @@
 #   correctness harness on CUDA; then, with 0006 and again after rebuilding without it (only the
 #   MMQ objects recompile): llama-bench of the 16-token batch a verify runs and of AR tokens, the
 #   per-phase profile of a DFlash step (LLAMA_SPEC_PROFILE=1) at synthetic AL 1 and 8.31, and
-#   `buun bench` tok/s (AR and synthetic AL 1 / 7.67 / 8.31).
+#   `buun bench` tok/s (AR and synthetic AL 1 / 7.67 / 8.31), and per-kernel GPU times (ncu, warm
+#   caches, unlocked clocks) over a window of 1400 kernels of a 16-token batch and of AR tokens.
 . "$(dirname "$0")/gpu_lib.sh"
 gpu_prepare
 
 MMQ_FILES=(ggml/src/ggml-cuda/mmq.cuh ggml/src/ggml-cuda/mmq-config-ampere.cuh)
 CHANGED_TYPES='type_a=(q4_0|q4_1|q5_0|q5_1|q8_0|q2_K|q3_K|q4_K|q5_K|q6_K),'
 BENCH=(--scale full --suite code --mode raw)
+NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu | head -1)
 
 measure() {  # measure TAG: the same measurements for each build
     local tag=$1
@@ -20,7 +22,14 @@ measure() {  # measure TAG: the same measurements for each build
         --synthetic-al 1 --synthetic-al 8.31 --prompts 1 --n-predict 256 --out "$RES/profile-$tag"
     grep -H "spec profile" "$RES/profile-$tag"/server-*.log > "$RES/profile-$tag.txt"
     step "bench-$tag" 600 $BUUN bench "${BENCH[@]}" \
-        --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-$tag"
+        --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 1 --n-predict 512 --out "$RES/bench-$tag"
+    local m kind args
+    for m in "pp16:-p 16 -n 0 -r 2" "tg:-p 0 -n 6 -r 1"; do
+        kind=${m%%:*} args=${m#*:}
+        step "ncu-$kind-$tag" 300 "$NCU" --cache-control none --clock-control none --launch-skip 3000 --launch-count 1400 \
+            --metrics gpu__time_duration.sum --csv "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 $args
+        python3 scripts/ncu_sum.py "$RES/ncu-$kind-$tag.log" > "$RES/ncu-$kind-$tag.txt"
+    done
 }
 
 step tbo-build 900 bash -c "cmake -S vendor/llama.cpp -B vendor/build/cuda -DLLAMA_BUILD_TESTS=ON > /dev/null \

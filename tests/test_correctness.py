@@ -318,12 +318,16 @@ def test_state_after_rollbacks_survives_slot_save_and_restore(llama_bin: Path, t
     before the verify plus the tape tokens to replay. Generations that a stop string ends inside an
     accepted draft leave such a state (n_predict alone never does: the server drafts no more than
     the tokens left); a slot saved then, overwritten and restored must hold the state decoding
-    its tokens from scratch gives."""
+    its tokens from scratch gives, and the same next-token log-probabilities as the live state had
+    before it was overwritten (exactly on the CPU, within TAPE_TOL_GPU on CUDA). On CUDA the
+    from-scratch comparison carries the batch-size noise of the rollback test (~1e-2 measured),
+    so there it is held to TOL_CAP, the most the harness judges."""
+    tol_exact, tol_scratch = (TAPE_TOL_GPU, TOL_CAP) if gpu_layers() else (TAPE_TOL, TOL_FLOOR)
     save_dir = tmp_path / "slots"
     save_dir.mkdir()
     target, _ = tiny_pair_f32
     args = _dflash_args(tiny_pair_f32, *EXACT, "--spec-synth-len", "2.5", "--slot-save-path", f"{save_dir}/")
-    diffs = []
+    restored, scratch = [], []
     with llama_server(llama_bin, args, tmp_path / "spec.log") as spec, \
             llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar:
         for i, prompt in enumerate(PROMPTS):
@@ -334,11 +338,16 @@ def test_state_after_rollbacks_survives_slot_save_and_restore(llama_bin: Path, t
             gen = spec.complete(prompt, N_GEN, cache_prompt=True, stop=[pieces[j]])
             assert gen["stop_type"] == "word" and _spec_stats(gen)[1] > 0
             saved = spec.post("/slots/0?action=save", {"filename": f"s{i}.bin"})
+            seq = (prompt + tokens)[:saved["n_saved"]] + [1234]
+            live = _continuation(spec, seq, True)  # the saved state, before anything overwrites it
             spec.complete([7, 8, 9], 2)  # the slot now holds something else
             spec.post("/slots/0?action=restore", {"filename": f"s{i}.bin"})
-            seq = (prompt + tokens)[:saved["n_saved"]] + [1234]
-            diffs.append(_logprob_diff(_continuation(ar, seq, False), _continuation(spec, seq, True)))
-    assert max(diffs) <= TOL_FLOOR, f"restored state differs from decoding from scratch by {max(diffs):.3g}"
+            back = _continuation(spec, seq, True)
+            restored.append(_logprob_diff(live, back))
+            scratch.append(_logprob_diff(_continuation(ar, seq, False), back))
+    print(f"restored vs live state {max(restored):.3g}, vs decoding from scratch {max(scratch):.3g}")
+    assert max(restored) <= tol_exact, f"the restored state differs from the saved one by {max(restored):.3g}"
+    assert max(scratch) <= tol_scratch, f"restored state differs from decoding from scratch by {max(scratch):.3g}"
 
 
 def _top(result: dict) -> dict[int, float]:
