@@ -350,6 +350,56 @@ def test_state_after_rollbacks_survives_slot_save_and_restore(llama_bin: Path, t
     assert max(scratch) <= tol_scratch, f"restored state differs from decoding from scratch by {max(scratch):.3g}"
 
 
+PROFILE_LINE = re.compile(r"spec profile: steps=(\d+) ms/step:((?: \w+=[\d.]+)+) total=([\d.]+) "
+                          r"rows/step=([\d.]+) accept/row=([\d.]+)")
+VERIFY_LINE = re.compile(r"task (\d+) \| accepted +(\d+)/ *\d+ draft tokens")  # a verify step, with LLAMA_TRACE=1
+
+
+@slow
+def test_spec_profile_accounts_for_every_step(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patch 0004: with LLAMA_SPEC_PROFILE=1 the server logs, when a task ends, the mean ms per
+    speculative step of each phase, the number of steps and the target rows the accept phase
+    sampled. The server's trace (LLAMA_TRACE=1) logs every verify step with its accepted drafts,
+    and a step samples those plus one row, so the counts must agree, for each of two tasks on one
+    server (the last step of a task ends inside the task); without the variable no profile is
+    logged."""
+    args = _dflash_args(tiny_pair_f32, "--spec-synth-len", "2.5")
+    monkeypatch.setenv("LLAMA_TRACE", "1")
+    for enabled in (False, True):
+        if enabled:
+            monkeypatch.setenv("LLAMA_SPEC_PROFILE", "1")
+        else:
+            monkeypatch.delenv("LLAMA_SPEC_PROFILE", raising=False)
+        log = tmp_path / f"profile-{enabled}.log"
+        with llama_server(llama_bin, args, log) as spec:
+            gens = [spec.complete(prompt, N_GEN) for prompt in PROMPTS[:2]]
+        text = log.read_text(errors="replace")
+        verified: dict[str, list[int]] = {}  # accepted drafts per verify step, by task, in order
+        for v in VERIFY_LINE.finditer(text):
+            verified.setdefault(v.group(1), []).append(int(v.group(2)))
+        assert [sum(ks) for ks in verified.values()] == [_spec_stats(g)[1] for g in gens], "no trace of the steps"
+        profiles = list(PROFILE_LINE.finditer(text))
+        if not enabled:
+            assert not profiles and "spec profile" not in text
+            continue
+        assert len(profiles) == len(gens), f"expected one profile line per task, got {len(profiles)}"
+        for m, steps_accepted in zip(profiles, verified.values(), strict=True):
+            _check_profile(m, steps_accepted)
+
+
+def _check_profile(m: re.Match[str], verified: list[int]) -> None:
+    """A profile line against the verify steps of its task (accepted drafts of each)."""
+    steps, rows_per_step = int(m.group(1)), float(m.group(4))
+    phases = {k: float(v) for k, v in (kv.split("=") for kv in m.group(2).split())}
+    assert list(phases) == ["draft", "prep", "verify", "inject", "clone", "accept", "commit"]
+    assert phases["draft"] > 0 and phases["verify"] > 0 and phases["accept"] > 0
+    assert abs(sum(phases.values()) - float(m.group(3))) <= 0.01
+    assert steps == len(verified)
+    assert abs(rows_per_step * steps - sum(k + 1 for k in verified)) <= 0.005 * steps + 1e-6
+    assert float(m.group(5)) == pytest.approx(phases["accept"] / rows_per_step, rel=0.02, abs=2e-3)
+
+
 def _top(result: dict) -> dict[int, float]:
     probs = result["completion_probabilities"][0]["top_logprobs"]
     return {p["id"]: p["logprob"] for p in probs}
