@@ -26,6 +26,7 @@ export PYTHONPATH=/tmp/site:$R PYTHONUNBUFFERED=1
 export BUUN_MODELS_DIR=$W/models BUUN_DATA_DIR=$W/data BUUN_STATE_DIR=$W/state BUUN_CACHE_DIR=$W/cache
 BUUN="python3 -m buun_tool"
 BIN=$R/vendor/build/cuda/bin
+NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)  # Nsight Compute, for kernel timings
 
 # vendor + patch, then the CUDA build with the product flags (sm_90) while the full-size
 # synthetic pair is written; exits on failure

@@ -13,7 +13,6 @@ gpu_prepare
 MMQ_FILES=(ggml/src/ggml-cuda/mmq.cuh ggml/src/ggml-cuda/mmq-config-ampere.cuh)
 CHANGED_TYPES='type_a=(q4_0|q4_1|q5_0|q5_1|q8_0|q2_K|q3_K|q4_K|q5_K|q6_K),'
 BENCH=(--scale full --suite code --mode raw)
-NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu | head -1)
 
 measure() {  # measure TAG: the same measurements for each build
     local tag=$1

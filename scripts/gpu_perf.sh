@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The DFlash performance patches measured on a lent GPU machine: upstream's snapshot rollback
-# (LLAMA_RS_ROLLBACK=snapshot) against the series' tape replay, in one build and one session.
+# (LLAMA_RS_ROLLBACK=snapshot) against the series' tape replay, in one build and one session
+# (both with every other patch of the series, 0006's matmul tiles included).
 # Start it detached and poll (see scripts/gpu_session.sh), results in /tmp/buun-gpu/results:
 #   correctness harness on CUDA; llama-bench of the 16-token batch a verify runs and of one AR
 #   token; per-phase profiles of a DFlash step (LLAMA_SPEC_PROFILE=1, patch 0004) at synthetic
 #   AL 1 and 8.31; `buun bench` tok/s (AR and synthetic AL 1 / 7.67 / 8.31) for upstream's
 #   rollback (LLAMA_RS_ROLLBACK=snapshot), the tape replay (0005), and the tape with the target's
-#   sampling on the GPU (-bs); `buun fit --measure` GPU memory.
+#   sampling on the GPU (-bs); `buun fit --measure` GPU memory; and the stall reasons of the
+#   16-column MMQ kernel (ncu --set full on two of its launches).
 . "$(dirname "$0")/gpu_lib.sh"
 gpu_prepare
 
@@ -14,8 +16,8 @@ step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
 step llama-bench 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1,16 -n 128 -r 5
 
 BENCH=(--scale full --suite code --mode raw)
-# name | environment | extra llama-server flags. upstream: 0005's tape replay off (same build)
-VARIANTS=("upstream|LLAMA_RS_ROLLBACK=snapshot|"
+# name | environment | extra llama-server flags. snapshot: 0005's tape replay off (same build)
+VARIANTS=("snapshot|LLAMA_RS_ROLLBACK=snapshot|"
           "tape||"
           "tape-bs||-bs")
 for v in "${VARIANTS[@]}"; do
@@ -34,6 +36,8 @@ for rb in snapshot tape; do
 done
 step fit-ar 200 $BUUN fit --ctx 6048 --draft-max 0 --measure --scale full --json
 step fit-3090 60 $BUUN fit --gpu-mem 24
+step ncu-mmq 300 "$NCU" --set full --cache-control none --clock-control none -k "regex:^mul_mat_q$" \
+    --launch-skip 200 --launch-count 2 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 0 -r 1
 
 gpu_pack
 log "done in $SECONDS s"
