@@ -48,6 +48,10 @@ CUDA_CONTEXT_MIB = 936
 DRAFT_CONTEXT_MIB = 145
 
 
+# LLAMA_RS_ROLLBACK: patch 0005's tape replay (the patched build's default) or upstream's snapshot planes
+ROLLBACKS = ("tape", "snapshot")
+
+
 @dataclass(frozen=True)
 class FitFlags:
     """The llama-server settings that decide memory (upstream names in comments)."""
@@ -61,7 +65,7 @@ class FitFlags:
     draft_cache_type: str = "f16"  # -ctkd / -ctvd
     batch: int = 256  # -b
     ubatch: int = 64  # -ub
-    rollback: str = "tape"  # LLAMA_RS_ROLLBACK: tape (patch 0005) or snapshot (upstream's planes)
+    rollback: str = "tape"  # LLAMA_RS_ROLLBACK, one of ROLLBACKS
 
     @property
     def spec(self) -> bool:

@@ -1,4 +1,4 @@
-# Shared by the GPU session drivers (scripts/gpu_session.sh, scripts/gpu_perf.sh): run on a lent
+# Shared by the GPU session drivers (scripts/gpu_session.sh, gpu_perf.sh, gpu_mmq.sh): run on a lent
 # H100/H200 machine (CUDA, no internet) from a copy of the checkout. Source it, then call
 # gpu_prepare. Needs .carry/llama-src.tar.xz (`buun vendor --archive .carry/llama-src.tar.xz`) and
 # .whl/ (buun's dependencies as Python 3.12 wheels, see docs/benchmarks.md) in the working tree.
@@ -39,6 +39,20 @@ gpu_prepare() {
     wait $build_pid || { log "build failed"; cp vendor/build/cuda/build.log "$RES/build-full.log"; exit 1; }
     cp vendor/build/cuda/buun-build.json "$RES/"
     TARGET=$(ls "$BUUN_MODELS_DIR"/synthetic/synth-*-full-q4_k_m.gguf)
+}
+
+BENCH=(--scale full --suite code --mode raw)  # `buun bench` on the synthetic pair, the code prompts
+
+# the per-phase profile of a DFlash step (LLAMA_SPEC_PROFILE=1, patch 0004) at synthetic AL 1 and
+# 8.31: gpu_profile NAME [VAR=VALUE...] [-- BENCH_ARGS...]; its profile lines in $RES/profile-NAME.txt
+gpu_profile() {
+    local name=$1 vars=()
+    shift
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do vars+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
+    step "profile-$name" 600 env LLAMA_SPEC_PROFILE=1 "${vars[@]}" $BUUN bench "${BENCH[@]}" --no-ar \
+        --synthetic-al 1 --synthetic-al 8.31 --prompts 1 --n-predict 256 "$@" --out "$RES/profile-$name"
+    grep -H "spec profile" "$RES/profile-$name"/server-*.log > "$RES/profile-$name.txt"
 }
 
 # what comes back: one archive, $W/results.tgz (the device tool returns a few files per call)

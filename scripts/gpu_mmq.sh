@@ -12,14 +12,11 @@ gpu_prepare
 
 MMQ_FILES=(ggml/src/ggml-cuda/mmq.cuh ggml/src/ggml-cuda/mmq-config-ampere.cuh)
 CHANGED_TYPES='type_a=(q4_0|q4_1|q5_0|q5_1|q8_0|q2_K|q3_K|q4_K|q5_K|q6_K),'
-BENCH=(--scale full --suite code --mode raw)
 
 measure() {  # measure TAG: the same measurements for each build
     local tag=$1
     step "llama-bench-$tag" 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 128 -r 5
-    step "profile-$tag" 600 env LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" --no-ar \
-        --synthetic-al 1 --synthetic-al 8.31 --prompts 1 --n-predict 256 --out "$RES/profile-$tag"
-    grep -H "spec profile" "$RES/profile-$tag"/server-*.log > "$RES/profile-$tag.txt"
+    gpu_profile "$tag"
     step "bench-$tag" 600 $BUUN bench "${BENCH[@]}" \
         --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 1 --n-predict 512 --out "$RES/bench-$tag"
     local m kind args

@@ -15,16 +15,13 @@ gpu_prepare
 step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
 step llama-bench 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1,16 -n 128 -r 5
 
-BENCH=(--scale full --suite code --mode raw)
 # name | environment | extra llama-server flags. snapshot: 0005's tape replay off (same build)
 VARIANTS=("snapshot|LLAMA_RS_ROLLBACK=snapshot|"
           "tape||"
           "tape-bs||-bs")
 for v in "${VARIANTS[@]}"; do
     IFS='|' read -r name vars extra <<< "$v"
-    step "profile-$name" 600 env LLAMA_SPEC_PROFILE=1 $vars $BUUN bench "${BENCH[@]}" --no-ar \
-        --synthetic-al 1 --synthetic-al 8.31 --prompts 1 --n-predict 256 --server-args "$extra" --out "$RES/profile-$name"
-    grep -H "spec profile" "$RES/profile-$name"/server-*.log > "$RES/profile-$name.txt"
+    gpu_profile "$name" $vars -- --server-args "$extra"
 done
 for v in "${VARIANTS[@]}"; do
     IFS='|' read -r name vars extra <<< "$v"

@@ -283,6 +283,10 @@ TAPE_TOL = 1e-5
 TAPE_TOL_GPU = 1e-3
 
 
+def _tape_tol() -> float:
+    return TAPE_TOL_GPU if gpu_layers() else TAPE_TOL
+
+
 @slow
 def test_tape_replay_equals_snapshots(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
@@ -290,7 +294,7 @@ def test_tape_replay_equals_snapshots(llama_bin: Path, tiny_pair_f32: tuple[Path
     replay, the other by upstream's snapshot planes (LLAMA_RS_ROLLBACK=snapshot): the same tokens,
     and the same next-token log-probabilities on their cached states."""
     args = _dflash_args(tiny_pair_f32, *EXACT, "--spec-synth-len", "2.5", "-lv", "4")
-    tol = TAPE_TOL_GPU if gpu_layers() else TAPE_TOL
+    tol = _tape_tol()
     with contextlib.ExitStack() as stack:
         servers = {}
         for mode in ("snapshot", "tape"):
@@ -322,7 +326,7 @@ def test_state_after_rollbacks_survives_slot_save_and_restore(llama_bin: Path, t
     before it was overwritten (exactly on the CPU, within TAPE_TOL_GPU on CUDA). On CUDA the
     from-scratch comparison carries the batch-size noise of the rollback test (~1e-2 measured),
     so there it is held to TOL_CAP, the most the harness judges."""
-    tol_exact, tol_scratch = (TAPE_TOL_GPU, TOL_CAP) if gpu_layers() else (TAPE_TOL, TOL_FLOOR)
+    tol_exact, tol_scratch = _tape_tol(), TOL_CAP if gpu_layers() else TOL_FLOOR
     save_dir = tmp_path / "slots"
     save_dir.mkdir()
     target, _ = tiny_pair_f32

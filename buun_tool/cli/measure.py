@@ -227,8 +227,9 @@ def fit_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Predict GPU memory by component; say whether it fits, the largest context, and what makes it fit."""
-    if rollback not in ("tape", "snapshot"):
-        raise UsageError(f"--rollback {rollback}: expected tape or snapshot", "tape is the patched build's default")
+    if rollback not in fit.ROLLBACKS:
+        raise UsageError(f"--rollback {rollback}: expected {' or '.join(fit.ROLLBACKS)}",
+                         "tape is the patched build's default")
     r = recipes.load(recipe)
     base = fit.flags_from_recipe(r)
     kv = ctk or base.cache_type_k
