@@ -51,7 +51,7 @@ gpu_profile() {
     while [ $# -gt 0 ] && [ "$1" != -- ]; do vars+=("$1"); shift; done
     [ $# -gt 0 ] && shift
     step "profile-$name" 600 env LLAMA_SPEC_PROFILE=1 "${vars[@]}" $BUUN bench "${BENCH[@]}" --no-ar \
-        --synthetic-al 1 --synthetic-al 8.31 --prompts 1 --n-predict 256 "$@" --out "$RES/profile-$name"
+        --synthetic-al 1 --synthetic-al 8.31 --prompts 1 --n-predict 512 "$@" --out "$RES/profile-$name"
     grep -H "spec profile" "$RES/profile-$name"/server-*.log > "$RES/profile-$name.txt"
 }
 

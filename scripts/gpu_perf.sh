@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The DFlash performance patches measured on a lent GPU machine: upstream's snapshot rollback
-# (LLAMA_RS_ROLLBACK=snapshot) against the series' tape replay, in one build and one session
-# (both with every other patch of the series, 0006's matmul tiles included).
+# (LLAMA_RS_ROLLBACK=snapshot) against the series' tape replay, and upstream's sampler chain
+# (LLAMA_SAMPLING_GREEDY=0) against 0008's greedy argmax, in one build and one session (each
+# variant with every other patch of the series, 0006's matmul tiles included).
 # Start it detached and poll (see scripts/gpu_session.sh), results in /tmp/buun-gpu/results:
 #   correctness harness on CUDA; llama-bench of the 16-token batch a verify runs and of one AR
 #   token; per-phase profiles of a DFlash step (LLAMA_SPEC_PROFILE=1, patch 0004) at synthetic
 #   AL 1 and 8.31; `buun bench` tok/s (AR and synthetic AL 1 / 7.67 / 8.31) for upstream's
-#   rollback (LLAMA_RS_ROLLBACK=snapshot), the tape replay (0005), and the tape with the target's
-#   sampling on the GPU (-bs); `buun fit --measure` GPU memory; and the stall reasons of the
+#   rollback (LLAMA_RS_ROLLBACK=snapshot), the tape replay (0005), the tape with upstream's
+#   sampler chain, and the tape with the target's sampling on the GPU (-bs: with 0008 one argmax
+#   per verified row); `buun fit --measure` GPU memory; and the stall reasons of the
 #   16-column MMQ kernel (ncu --set full on two of its launches).
 . "$(dirname "$0")/gpu_lib.sh"
 gpu_prepare
@@ -15,9 +17,11 @@ gpu_prepare
 step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
 step llama-bench 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1,16 -n 128 -r 5
 
-# name | environment | extra llama-server flags. snapshot: 0005's tape replay off (same build)
+# name | environment | extra llama-server flags. snapshot: 0005's tape replay off; chain: 0008's
+# greedy argmax off (same build)
 VARIANTS=("snapshot|LLAMA_RS_ROLLBACK=snapshot|"
           "tape||"
+          "tape-chain|LLAMA_SAMPLING_GREEDY=0|"
           "tape-bs||-bs")
 for v in "${VARIANTS[@]}"; do
     IFS='|' read -r name vars extra <<< "$v"

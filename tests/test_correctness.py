@@ -222,6 +222,45 @@ def test_lossless_greedy(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_
     assert drafted > 0, "no draft was ever verified: the harness did not exercise DFlash"
 
 
+@slow
+def test_lossless_greedy_with_backend_sampling(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
+                                               tmp_path: Path) -> None:
+    """With -bs the verify's greedy choices are argmaxes computed in the target's graph (patch 0008
+    makes a greedy request's chain a lone argmax there): still the AR tokens."""
+    target, _ = tiny_pair_f32
+    with llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar, \
+            llama_server(llama_bin, _dflash_args(tiny_pair_f32, *EXACT, "-bs"), tmp_path / "dflash.log") as spec:
+        got = spec.complete(PROMPTS[0], N_GEN)
+        _greedy_matches(ar, PROMPTS[0], got["tokens"], _tie_tol())
+    assert _spec_stats(got)[0] > 0, "no draft was ever verified"
+
+
+@slow
+def test_greedy_requests_pick_the_full_chains_token(ar_server: Server, llama_bin: Path,
+                                                    tiny_pair_f32: tuple[Path, Path], tmp_path: Path) -> None:
+    """Patch 0008: a greedy request (temperature 0, no sampler on that can move the top token) takes
+    the argmax of its biased logits row, on the host or with -bs in the graph, instead of running
+    the full sampler chain over the vocabulary; a request for probabilities (n_probs) still runs
+    the chain. Same server, same logits: the tokens must be the chain's, also with a logit bias
+    that bans the top token (the fallback scan) and one that lifts the runner-up above it."""
+    prompt, n = PROMPTS[1], 24
+    first = ar_server.complete(prompt, 1, n_probs=2)["completion_probabilities"][0]["top_logprobs"]
+    top, second = first[0], first[1]
+    lift = top["logprob"] - second["logprob"] + 0.5  # logprob gaps are logit gaps
+    cases = {"none": [], "top banned": [[top["id"], False]], "runner-up lifted": [[second["id"], lift]]}
+    fast = {name: ar_server.complete(prompt, n, logit_bias=bias)["tokens"] for name, bias in cases.items()}
+    for name, bias in cases.items():
+        assert fast[name] == ar_server.complete(prompt, n, logit_bias=bias, n_probs=1)["tokens"], name
+    assert fast["none"][0] == top["id"]
+    assert fast["top banned"][0] != top["id"] and top["id"] not in fast["top banned"]
+    assert fast["runner-up lifted"][0] == second["id"]
+
+    target, _ = tiny_pair_f32
+    with llama_server(llama_bin, _base(target, "-fa", "on", "-ctxcp", "0", "-bs"), tmp_path / "bs.log") as bs:
+        for name, bias in cases.items():
+            assert bs.complete(prompt, n, logit_bias=bias)["tokens"] == fast[name], f"-bs: {name}"
+
+
 def _continuation(server: Server, committed: list[int], cached: bool) -> dict:
     """The next-token distribution after `committed`: on the server's cached state, or from scratch."""
     out = server.complete(committed, 1, cache_prompt=cached, n_probs=TOP_K)
