@@ -35,8 +35,9 @@ tail -3 "$RES/tbo-mul-mat.log" | tee -a "$RES/summary.txt"
 step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
 measure mmq16
 
-# the baseline: the same build without 0006
-git -C vendor/llama.cpp checkout HEAD~1 -- "${MMQ_FILES[@]}"
+# the baseline: the same build without 0006 (its two files as the commit before it left them)
+P0006=$(git -C vendor/llama.cpp log --format=%H -1 --grep '^cuda: MMQ for 9-16 columns')
+git -C vendor/llama.cpp checkout "$P0006~1" -- "${MMQ_FILES[@]}"
 step rebuild-base 900 cmake --build vendor/build/cuda -j 16 --target llama-server llama-bench test-backend-ops
 measure base
 git -C vendor/llama.cpp checkout HEAD -- "${MMQ_FILES[@]}"
