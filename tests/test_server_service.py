@@ -65,6 +65,16 @@ def test_unit_runs_buun_serve_in_the_foreground(unit_env: dict) -> None:
     assert "systemctl --user enable --now buun-main.service" in " ".join(r.stderr.split())
 
 
+def test_the_patch_switches_reach_the_service(unit_env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`LLAMA_RS_ROLLBACK=snapshot buun service install` must serve with snapshots, as `buun serve` would."""
+    monkeypatch.setenv("LLAMA_RS_ROLLBACK", "snapshot")
+    monkeypatch.delenv("LLAMA_SPEC_PROFILE", raising=False)
+    assert install(unit_env, "--name", "s").exit_code == 0
+    unit = (unit_env["dir"] / "buun-s.service").read_text()
+    assert 'Environment="LLAMA_RS_ROLLBACK=snapshot"' in unit.splitlines()
+    assert "LLAMA_SPEC_PROFILE" not in unit
+
+
 def test_the_unit_command_is_one_buun_serve_accepts(unit_env: dict) -> None:
     assert install(unit_env, "--name", "x", "--", "-ngl", "20").exit_code == 0
     argv = exec_start((unit_env["dir"] / "buun-x.service").read_text())

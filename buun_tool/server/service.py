@@ -24,7 +24,9 @@ from buun_tool.errors import BuunError, NotReadyError
 # the same folders and binaries as the shell that installed it.
 CARRIED_ENV = ("BUUN_ROOT", "BUUN_DATA_DIR", "BUUN_STATE_DIR", "BUUN_CACHE_DIR", "BUUN_CONFIG_DIR",
                "BUUN_MODELS_DIR", "BUUN_LLAMA_DIR", "BUUN_BUILD_DIR", "BUUN_LLAMA_BIN_DIR",
-               "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "CUDA_VISIBLE_DEVICES")
+               "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "CUDA_VISIBLE_DEVICES",
+               # the patch series' switches (docs/dflash-perf.md): the service runs what the shell ran
+               "LLAMA_RS_ROLLBACK", "LLAMA_SAMPLING_GREEDY", "LLAMA_SPEC_PROFILE")
 
 
 def unit_dir() -> Path:
