@@ -27,6 +27,7 @@ import contextlib
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -259,6 +260,40 @@ def test_greedy_requests_pick_the_full_chains_token(ar_server: Server, llama_bin
     with llama_server(llama_bin, _base(target, "-fa", "on", "-ctxcp", "0", "-bs"), tmp_path / "bs.log") as bs:
         for name, bias in cases.items():
             assert bs.complete(prompt, n, logit_bias=bias)["tokens"] == fast[name], f"-bs: {name}"
+
+
+# request settings (over Server.complete's temperature 0, top_k 1) and whether patch 0008 samples
+# them with the lone argmax: only where no sampler on can move the top token
+GREEDY_CASES = [
+    ({}, True),
+    ({"top_k": 40, "top_p": 0.5, "min_p": 0.3, "top_n_sigma": 1.0}, True),  # each keeps the top token
+    ({"repeat_penalty": 1.3}, False),
+    ({"presence_penalty": 0.5}, False),
+    ({"dry_multiplier": 0.8}, False),
+    ({"xtc_probability": 0.5, "xtc_threshold": 0.1}, False),
+    ({"typical_p": 0.5}, False),
+    ({"dynatemp_range": 0.5}, False),
+    ({"mirostat": 2}, False),
+    ({"n_probs": 2}, False),  # probabilities come from the chain
+    ({"samplers": ["top_k", "min_p"]}, False),  # no temperature in the chain: it samples
+    ({"temperature": 0.7}, False),
+]
+CHAIN_LINE = re.compile(r"sampler chain: (.*)")  # logged at -lv 4 when a task starts
+
+
+@slow
+def test_only_greedy_requests_take_the_argmax(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
+                                              tmp_path: Path) -> None:
+    target, _ = tiny_pair_f32
+    log = tmp_path / "server.log"
+    with llama_server(llama_bin, _base(target, "-lv", "4"), log) as s:
+        for i, (extra, greedy) in enumerate(GREEDY_CASES):
+            s.complete(PROMPTS[0], 1, **extra)
+            deadline = time.monotonic() + 10  # the log is written by a thread of its own
+            while len(chains := CHAIN_LINE.findall(log.read_text(errors="replace"))) <= i:
+                assert time.monotonic() < deadline, "no sampler chain logged"
+                time.sleep(0.05)
+            assert (chains[i].strip() == "logits -> logit-bias -> greedy") == greedy, (extra, chains[i])
 
 
 def _continuation(server: Server, committed: list[int], cached: bool) -> dict:
