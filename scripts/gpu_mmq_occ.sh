@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Experiment: patch 0006's 16-column Q4_K MMQ tile (4 warps x 64 rows) at 4, 6 and 8 blocks per SM.
+# The occupancy caps the registers a thread may use (128, 80, 64 on sm_90); ncu found the kernel at
+# 23% achieved occupancy, stalled on shared-memory loads. Each variant edits the config table in the
+# vendor tree, rebuilds (only the MMQ objects recompile) and measures: test-backend-ops MUL_MAT for
+# q4_K, llama-bench pp16, the per-phase profile, ncu per-kernel times of a 16-token batch and
+# ncu --set full on two launches (Q4_K and Q6_K). The table is restored at the end.
+# Start it detached and poll (see scripts/gpu_session.sh); results in /tmp/buun-gpu/results.
+. "$(dirname "$0")/gpu_lib.sh"
+gpu_prepare
+
+CFG=vendor/llama.cpp/ggml/src/ggml-cuda/mmq-config-ampere.cuh
+cp "$CFG" "$W/cfg.orig"
+step tbo-build 900 bash -c "cmake -S vendor/llama.cpp -B vendor/build/cuda -DLLAMA_BUILD_TESTS=ON > /dev/null \
+    && cmake --build vendor/build/cuda -j 16 --target test-backend-ops"
+for occ in 4 6 8; do
+    sed -i "s/CASE(GGML_TYPE_Q4_K, 128, [0-9],  64,  16/CASE(GGML_TYPE_Q4_K, 128, $occ,  64,  16/" "$CFG"
+    grep -c "CASE(GGML_TYPE_Q4_K, 128, $occ,  64,  16" "$CFG" | tee -a "$RES/summary.txt"
+    step "rebuild-occ$occ" 900 cmake --build vendor/build/cuda -j 16 --target llama-server llama-bench test-backend-ops
+    step "tbo-occ$occ" 300 "$BIN/test-backend-ops" test -o MUL_MAT -b CUDA0 -p 'type_a=q4_K,'
+    tail -2 "$RES/tbo-occ$occ.log" | tee -a "$RES/summary.txt"
+    step "llama-bench-occ$occ" 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 0 -r 20
+    gpu_profile "occ$occ"
+    step "ncu-pp16-occ$occ" 300 "$NCU" --cache-control none --clock-control none --launch-skip 3000 \
+        --launch-count 1400 --metrics gpu__time_duration.sum --csv "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 0 -r 2
+    python3 scripts/ncu_sum.py "$RES/ncu-pp16-occ$occ.log" > "$RES/ncu-pp16-occ$occ.txt"
+    rm -f "$RES/ncu-pp16-occ$occ.log"
+    step "ncu-mmq-occ$occ" 300 "$NCU" --set full --cache-control none --clock-control none -k "regex:^mul_mat_q$" \
+        --launch-skip 200 --launch-count 2 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 0 -r 1
+done
+cp "$W/cfg.orig" "$CFG"
+
+gpu_pack
+log "done in $SECONDS s"
