@@ -35,7 +35,7 @@ from typing import Any
 import psutil
 import requests
 
-from buun_tool import build, console, paths, vendor
+from buun_tool import build, console, patches, paths, vendor
 from buun_tool.errors import BuunError, NotReadyError, UsageError
 
 SUITES = ("code", "math", "prose")
@@ -503,12 +503,16 @@ def run(opts: BenchOptions) -> BenchResult:
             raise UsageError(f"unknown mode {mode!r}", f"valid: {', '.join(MODES)}")
     loaded = {s: load_prompts(s, opts.prompts) for s in opts.suites}
     suites = {s: prompts for s, (prompts, _) in loaded.items()}
+    if not opts.url:
+        patches.rollback_from_env()  # before any server starts: a misspelt value would run the tape
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     if opts.url:
         runs = [_run_external(suites, opts)]
     else:
         runs = [_run_config(cfg, suites, opts) for cfg in configs(opts.ar, opts.synthetic_al)]
     options = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()}
+    if not opts.url:  # the patch series' switches the servers ran with, so a results file names its variant
+        options["env"] = {k: os.environ[k] for k in patches.SWITCHES if k in os.environ}
     result = BenchResult(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), machine_info(), llama_cpp_info(),
                          options, {s: src for s, (_, src) in loaded.items()}, runs)
     result.rows = summarize(runs)

@@ -32,7 +32,7 @@ from typing import Any
 
 import gguf
 
-from buun_tool import build, console, synth
+from buun_tool import build, console, patches, synth
 from buun_tool.errors import UsageError
 
 MIB = 2**20
@@ -48,10 +48,6 @@ CUDA_CONTEXT_MIB = 936
 DRAFT_CONTEXT_MIB = 145
 
 
-# LLAMA_RS_ROLLBACK: patch 0005's tape replay (the patched build's default) or upstream's snapshot planes
-ROLLBACKS = ("tape", "snapshot")
-
-
 @dataclass(frozen=True)
 class FitFlags:
     """The llama-server settings that decide memory (upstream names in comments)."""
@@ -65,7 +61,7 @@ class FitFlags:
     draft_cache_type: str = "f16"  # -ctkd / -ctvd
     batch: int = 256  # -b
     ubatch: int = 64  # -ub
-    rollback: str = "tape"  # LLAMA_RS_ROLLBACK, one of ROLLBACKS
+    rollback: str = "tape"  # LLAMA_RS_ROLLBACK, one of patches.ROLLBACKS
 
     @property
     def spec(self) -> bool:
@@ -453,7 +449,7 @@ def measure(recipe: Any, flags: FitFlags, models_dir: Path, log_dir: Path, scale
     argv = measure_argv(binary, target, drafter, flags, port, cpu_only=not gpu)
     log = log_dir / f"fit-measure-{scale}.log"
     before = bench.GpuMemorySampler.used_mib() if gpu else None
-    with bench.LocalServer(argv, log, port, load_timeout, env={"LLAMA_RS_ROLLBACK": flags.rollback}):
+    with bench.LocalServer(argv, log, port, load_timeout, env={patches.ROLLBACK_ENV: flags.rollback}):
         after = bench.GpuMemorySampler.used_mib() if gpu else None
     sections = parse_buffers(log.read_text(errors="replace"))
     used = after - before if after is not None and before is not None else None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import email
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -24,11 +25,29 @@ from email import policy
 from pathlib import Path
 
 from buun_tool import paths, vendor
-from buun_tool.errors import BuunError, Exit
+from buun_tool.errors import BuunError, Exit, UsageError
 from buun_tool.proc import git, run
 
 PATCH_RE = re.compile(r"^\d{4}-.+\.patch$")
 COMMITTER = {"GIT_COMMITTER_NAME": "buun", "GIT_COMMITTER_EMAIL": "buun@localhost"}
+
+# The series' switch for the delta-net rollback (patch 0005), read by the patched llama.cpp from
+# its environment: the tape replay (its default) or upstream's snapshot planes.
+ROLLBACK_ENV = "LLAMA_RS_ROLLBACK"
+ROLLBACKS = ("tape", "snapshot")
+# all of the series' environment switches: 0005's rollback, 0008's greedy argmax (0 keeps upstream's
+# sampler chain), 0004's per-phase profile
+SWITCHES = (ROLLBACK_ENV, "LLAMA_SAMPLING_GREEDY", "LLAMA_SPEC_PROFILE")
+
+
+def rollback_from_env() -> str:
+    """The rollback a patched llama-server started from this environment uses. Any other value
+    would leave it on the tape without a word, so it is an error here."""
+    value = os.environ.get(ROLLBACK_ENV) or "tape"
+    if value not in ROLLBACKS:
+        raise UsageError(f"{ROLLBACK_ENV}={value}: expected {' or '.join(ROLLBACKS)}",
+                         f"unset it for the tape replay (the default), or set {ROLLBACK_ENV}=snapshot")
+    return value
 
 
 @dataclass(frozen=True)

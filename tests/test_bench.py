@@ -206,8 +206,12 @@ class TestChart:
 
 @pytest.mark.slow
 class TestEndToEnd:
-    def test_tiny_pair_ar_vs_dflash(self, tiny_pair: tuple[Path, Path], llama_bin: Path, tmp_path: Path) -> None:
+    def test_tiny_pair_ar_vs_dflash(self, tiny_pair: tuple[Path, Path], llama_bin: Path, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
         target, drafter = tiny_pair
+        for var in ("LLAMA_SAMPLING_GREEDY", "LLAMA_SPEC_PROFILE"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv("LLAMA_RS_ROLLBACK", "snapshot")  # recorded with the results
         res = CliRunner().invoke(app, [
             "bench", "--target", str(target), "--drafter", str(drafter), "--synthetic-al", "3",
             "--suite", "math", "--mode", "raw,chat", "--prompts", "1", "--n-predict", "8", "--ctx", "1024",
@@ -226,6 +230,7 @@ class TestEndToEnd:
         assert "--spec-synth-len" in data["commands"]["dflash-al3"] and data["llama_cpp"]["pin"]
         assert data["commands"]["ar"][-1] == "-nr"
         assert data["machine"]["cpu"] and data["prompt_sources"]["math"].endswith("math.jsonl")
+        assert data["options"]["env"] == {"LLAMA_RS_ROLLBACK": "snapshot"}
         assert _png_pixels(tmp_path / "bench.png").shape[2] == 3
         for argv in data["commands"].values():  # every server is gone
             assert _port_closed(int(argv[argv.index("--port") + 1]))

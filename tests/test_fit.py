@@ -129,6 +129,20 @@ class TestCli:
                                                                                                   "q8_0", 8)
         assert data["fits"] is True and data["max_ctx"] > 8192
 
+    def test_the_rollback_follows_the_servers_environment(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Without --rollback, fit plans for what `buun serve` in the same shell would run."""
+        def rollback() -> str:
+            res = CliRunner().invoke(app, ["fit", "--gpu-mem", "24", "--json"])
+            assert res.exit_code == 0, res.output
+            return json.loads(res.stdout)["prediction"]["flags"]["rollback"]
+        assert rollback() == "tape"
+        monkeypatch.setenv("LLAMA_RS_ROLLBACK", "snapshot")
+        assert rollback() == "snapshot"
+        monkeypatch.setenv("LLAMA_RS_ROLLBACK", "snapshots")
+        res = CliRunner().invoke(app, ["fit", "--gpu-mem", "24"])
+        assert res.exit_code == 2 and "LLAMA_RS_ROLLBACK=snapshots: expected tape or snapshot" in " ".join(
+            res.output.split())
+
     def test_unknown_cache_type_is_a_usage_error(self) -> None:
         res = CliRunner().invoke(app, ["fit", "--ctk", "q3_k"])
         assert res.exit_code == 2 and "q8_0" in res.output

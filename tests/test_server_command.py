@@ -196,6 +196,14 @@ class TestPrintCmd:
         r = self.run("--", "-m", "other.gguf")
         assert r.exit_code == 2 and "buun serve --model" in flat(r.stderr)
 
+    def test_a_misspelt_rollback_switch_is_refused(self, fake_bin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """llama-server would run the tape replay for any value but `snapshot`, without a word."""
+        monkeypatch.setenv("LLAMA_RS_ROLLBACK", "snapshot")
+        assert self.run().exit_code == 0
+        monkeypatch.setenv("LLAMA_RS_ROLLBACK", "upstream")
+        r = self.run()
+        assert r.exit_code == 2 and "LLAMA_RS_ROLLBACK=upstream: expected tape or snapshot" in flat(r.stderr)
+
     def test_missing_models_point_to_pull(self, fake_bin: Path) -> None:
         r = CliRunner().invoke(app, ["serve", "--print-cmd"])
         assert r.exit_code == 3 and "buun pull" in flat(r.stderr)

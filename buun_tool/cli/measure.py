@@ -21,7 +21,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from buun_tool import bench, build, console, fit, paths, recipes, synth
+from buun_tool import bench, build, console, fit, patches, paths, recipes, synth
 from buun_tool.errors import UsageError
 
 RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file (default: qwen3.5-27b-dflash).",
@@ -218,8 +218,9 @@ def fit_cmd(
     batch: Annotated[int | None, typer.Option("--batch", help="-b (default: the recipe's).", show_default=False)
                      ] = None,
     parallel: Annotated[int | None, typer.Option("--parallel", help="-np.", show_default=False)] = None,
-    rollback: Annotated[str, typer.Option("--rollback", help="Recurrent-state rollback: tape (buun's patch "
-                                          "0005) or snapshot (upstream's planes).")] = "tape",
+    rollback: Annotated[str | None, typer.Option("--rollback", help="Recurrent-state rollback: tape (buun's "
+                                                 "patch 0005) or snapshot (upstream's planes); default: "
+                                                 "LLAMA_RS_ROLLBACK, else tape.", show_default=False)] = None,
     margin: Annotated[float, typer.Option("--margin", help="GiB kept free (display, fragmentation).")] = 0.25,
     measure_: Annotated[bool, typer.Option("--measure", help="Also load the synthetic pair in the real "
                                            "llama-server and read what it allocates.")] = False,
@@ -227,8 +228,10 @@ def fit_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Predict GPU memory by component; say whether it fits, the largest context, and what makes it fit."""
-    if rollback not in fit.ROLLBACKS:
-        raise UsageError(f"--rollback {rollback}: expected {' or '.join(fit.ROLLBACKS)}",
+    if rollback is None:
+        rollback = patches.rollback_from_env()
+    elif rollback not in patches.ROLLBACKS:
+        raise UsageError(f"--rollback {rollback}: expected {' or '.join(patches.ROLLBACKS)}",
                          "tape is the patched build's default")
     r = recipes.load(recipe)
     base = fit.flags_from_recipe(r)

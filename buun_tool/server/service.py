@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import buun_tool
-from buun_tool import paths
+from buun_tool import patches, paths
 from buun_tool.errors import BuunError, NotReadyError
 
 # Environment that decides where buun finds things; carried into the unit so the service sees
@@ -25,8 +25,7 @@ from buun_tool.errors import BuunError, NotReadyError
 CARRIED_ENV = ("BUUN_ROOT", "BUUN_DATA_DIR", "BUUN_STATE_DIR", "BUUN_CACHE_DIR", "BUUN_CONFIG_DIR",
                "BUUN_MODELS_DIR", "BUUN_LLAMA_DIR", "BUUN_BUILD_DIR", "BUUN_LLAMA_BIN_DIR",
                "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "CUDA_VISIBLE_DEVICES",
-               # the patch series' switches (docs/dflash-perf.md): the service runs what the shell ran
-               "LLAMA_RS_ROLLBACK", "LLAMA_SAMPLING_GREEDY", "LLAMA_SPEC_PROFILE")
+               *patches.SWITCHES)  # the service runs the patched server as the shell would
 
 
 def unit_dir() -> Path:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from buun_tool import build, convert, pull, recipes
+from buun_tool import build, convert, patches, pull, recipes
 from buun_tool.errors import NotReadyError, UsageError
 from buun_tool.server import command
 from buun_tool.server.command import Flag
@@ -112,6 +112,7 @@ def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | No
     llama-server (from --api-key, an `--api-key` after `--`, or BUUN_API_KEY)."""
     from buun_tool.server.instance import check_name
 
+    patches.rollback_from_env()  # llama-server would take a misspelt value for the tape without a word
     recipe = recipes.load(recipe_ref)
     base = command.recipe_flags(recipe.server_flags)
     command.check_unmanaged(base, f"the recipe {recipe.source}")
