@@ -55,6 +55,23 @@ gpu_profile() {
     grep -H "spec profile" "$RES/profile-$name"/server-*.log > "$RES/profile-$name.txt"
 }
 
+# per-kernel GPU times (ncu, warm caches, unlocked clocks) over a window of 1400 kernels of
+# llama-bench, summed per kernel: gpu_ncu_window NAME LLAMA_BENCH_ARGS...; $RES/ncu-NAME.txt
+gpu_ncu_window() {
+    local name=$1
+    shift
+    step "ncu-$name" 300 "$NCU" --cache-control none --clock-control none --launch-skip 3000 --launch-count 1400 \
+        --metrics gpu__time_duration.sum --csv "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 "$@"
+    python3 scripts/ncu_sum.py "$RES/ncu-$name.log" > "$RES/ncu-$name.txt"
+}
+
+# the full ncu report (stall reasons, occupancy) of two launches of the 16-column MMQ kernel in a
+# 16-token batch (the FFN's Q4_K and Q6_K matmuls): gpu_ncu_mmq NAME; $RES/ncu-NAME.log
+gpu_ncu_mmq() {
+    step "ncu-$1" 300 "$NCU" --set full --cache-control none --clock-control none -k "regex:^mul_mat_q$" \
+        --launch-skip 200 --launch-count 2 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 0 -r 1
+}
+
 # what comes back: one archive, $W/results.tgz (the device tool returns a few files per call)
 gpu_pack() {
     mkdir -p "$W/pack"

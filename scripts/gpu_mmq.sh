@@ -19,13 +19,8 @@ measure() {  # measure TAG: the same measurements for each build
     gpu_profile "$tag"
     step "bench-$tag" 600 $BUUN bench "${BENCH[@]}" \
         --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 1 --n-predict 512 --out "$RES/bench-$tag"
-    local m kind args
-    for m in "pp16:-p 16 -n 0 -r 2" "tg:-p 0 -n 6 -r 1"; do
-        kind=${m%%:*} args=${m#*:}
-        step "ncu-$kind-$tag" 300 "$NCU" --cache-control none --clock-control none --launch-skip 3000 --launch-count 1400 \
-            --metrics gpu__time_duration.sum --csv "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 $args
-        python3 scripts/ncu_sum.py "$RES/ncu-$kind-$tag.log" > "$RES/ncu-$kind-$tag.txt"
-    done
+    gpu_ncu_window "pp16-$tag" -p 16 -n 0 -r 2
+    gpu_ncu_window "tg-$tag" -p 0 -n 6 -r 1
 }
 
 step tbo-build 900 bash -c "cmake -S vendor/llama.cpp -B vendor/build/cuda -DLLAMA_BUILD_TESTS=ON > /dev/null \

@@ -21,12 +21,9 @@ for occ in 4 6 8; do
     tail -2 "$RES/tbo-occ$occ.log" | tee -a "$RES/summary.txt"
     step "llama-bench-occ$occ" 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 0 -r 20
     gpu_profile "occ$occ"
-    step "ncu-pp16-occ$occ" 300 "$NCU" --cache-control none --clock-control none --launch-skip 3000 \
-        --launch-count 1400 --metrics gpu__time_duration.sum --csv "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 0 -r 2
-    python3 scripts/ncu_sum.py "$RES/ncu-pp16-occ$occ.log" > "$RES/ncu-pp16-occ$occ.txt"
+    gpu_ncu_window "pp16-occ$occ" -p 16 -n 0 -r 2
     rm -f "$RES/ncu-pp16-occ$occ.log"
-    step "ncu-mmq-occ$occ" 300 "$NCU" --set full --cache-control none --clock-control none -k "regex:^mul_mat_q$" \
-        --launch-skip 200 --launch-count 2 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 0 -r 1
+    gpu_ncu_mmq "mmq-occ$occ"
 done
 cp "$W/cfg.orig" "$CFG"
 

@@ -37,8 +37,7 @@ for rb in snapshot tape; do
 done
 step fit-ar 200 $BUUN fit --ctx 6048 --draft-max 0 --measure --scale full --json
 step fit-3090 60 $BUUN fit --gpu-mem 24
-step ncu-mmq 300 "$NCU" --set full --cache-control none --clock-control none -k "regex:^mul_mat_q$" \
-    --launch-skip 200 --launch-count 2 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 0 -r 1
+gpu_ncu_mmq mmq
 
 gpu_pack
 log "done in $SECONDS s"
