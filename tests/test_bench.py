@@ -15,7 +15,7 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import bench, chart
+from buun_tool import bench, chart, patches
 from buun_tool.cli.app import app
 from buun_tool.errors import BuunError
 
@@ -209,7 +209,7 @@ class TestEndToEnd:
     def test_tiny_pair_ar_vs_dflash(self, tiny_pair: tuple[Path, Path], llama_bin: Path, tmp_path: Path,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
         target, drafter = tiny_pair
-        for var in ("LLAMA_SAMPLING_GREEDY", "LLAMA_SPEC_PROFILE"):
+        for var in patches.SWITCHES:
             monkeypatch.delenv(var, raising=False)
         monkeypatch.setenv("LLAMA_RS_ROLLBACK", "snapshot")  # recorded with the results
         res = CliRunner().invoke(app, [

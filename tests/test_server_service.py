@@ -66,12 +66,15 @@ def test_unit_runs_buun_serve_in_the_foreground(unit_env: dict) -> None:
 
 
 def test_the_patch_switches_reach_the_service(unit_env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`LLAMA_RS_ROLLBACK=snapshot buun service install` must serve with snapshots, as `buun serve` would."""
+    """`LLAMA_RS_ROLLBACK=snapshot buun service install` must serve with snapshots, as `buun serve` would;
+    likewise the switch that keeps MMQ for the verify's Q4_K matmuls."""
     monkeypatch.setenv("LLAMA_RS_ROLLBACK", "snapshot")
+    monkeypatch.setenv("GGML_CUDA_MMQ_SMALL", "0")
     monkeypatch.delenv("LLAMA_SPEC_PROFILE", raising=False)
     assert install(unit_env, "--name", "s").exit_code == 0
     unit = (unit_env["dir"] / "buun-s.service").read_text()
     assert 'Environment="LLAMA_RS_ROLLBACK=snapshot"' in unit.splitlines()
+    assert 'Environment="GGML_CUDA_MMQ_SMALL=0"' in unit.splitlines()
     assert "LLAMA_SPEC_PROFILE" not in unit
 
 

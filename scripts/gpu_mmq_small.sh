@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Patch 0009's register-resident Q4_K matmul for 9-16 columns against MMQ (GGML_CUDA_MMQ_SMALL=0),
+# one build: test-backend-ops MUL_MAT for q4_K, llama-bench pp16, ncu per-kernel times of a
+# 16-token batch, the per-phase profile, `buun bench` (AR and synthetic AL 1 / 7.67 / 8.31) with the
+# tape and with snapshots, the correctness harness on CUDA, and ncu --set full on two launches.
+# Start it detached and poll (see scripts/gpu_session.sh); results in /tmp/buun-gpu/results.
+. "$(dirname "$0")/gpu_lib.sh"
+gpu_prepare
+
+step tbo-build 900 bash -c "cmake -S vendor/llama.cpp -B vendor/build/cuda -DLLAMA_BUILD_TESTS=ON > /dev/null \
+    && cmake --build vendor/build/cuda -j 16 --target test-backend-ops"
+# name | environment
+VARIANTS=("mmq|GGML_CUDA_MMQ_SMALL=0" "small|")
+for v in "${VARIANTS[@]}"; do
+    IFS='|' read -r name vars <<< "$v"
+    step "tbo-$name" 300 env $vars "$BIN/test-backend-ops" test -o MUL_MAT -b CUDA0 -p 'type_a=q4_K,'
+    tail -2 "$RES/tbo-$name.log" | tee -a "$RES/summary.txt"
+    step "llama-bench-$name" 300 env $vars "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 0 -r 40
+    grep "pp16" "$RES/llama-bench-$name.log" | tee -a "$RES/summary.txt"
+    ( [ -n "$vars" ] && export $vars; gpu_ncu_window "pp16-$name" -p 16 -n 0 -r 2 )
+    head -8 "$RES/ncu-pp16-$name.txt" >> "$RES/summary.txt"
+done
+step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
+
+gpu_profile mmq GGML_CUDA_MMQ_SMALL=0
+gpu_profile snapshot-mmq GGML_CUDA_MMQ_SMALL=0 LLAMA_RS_ROLLBACK=snapshot
+gpu_profile snapshot-small LLAMA_RS_ROLLBACK=snapshot
+gpu_profile small
+step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
+# name | environment
+BENCHES=("tape-mmq|GGML_CUDA_MMQ_SMALL=0" "tape-small|" "snapshot-mmq|GGML_CUDA_MMQ_SMALL=0 LLAMA_RS_ROLLBACK=snapshot"
+         "snapshot-small|LLAMA_RS_ROLLBACK=snapshot")
+for v in "${BENCHES[@]}"; do
+    IFS='|' read -r name vars <<< "$v"
+    step "bench-$name" 600 env $vars $BUUN bench "${BENCH[@]}" \
+        --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-$name"
+done
+step ncu-small-full 300 "$NCU" --set full --cache-control none --clock-control none -k "regex:^mul_mat_q4_K_small" \
+    --launch-skip 200 --launch-count 2 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 0 -r 1
+
+gpu_pack
+log "done in $SECONDS s"
