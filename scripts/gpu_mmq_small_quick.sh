@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# A quick look at a change to patch 0009's kernel, for a session with little device time left:
+# builds only test-backend-ops and llama-bench (CUDA, sm_90) and the full-size synthetic target,
+# then test-backend-ops MUL_MAT for q4_K, llama-bench pp16 and the ncu per-kernel window of a
+# 16-token batch, with the kernel and with MMQ (GGML_CUDA_MMQ_SMALL=0). No DFlash runs.
+# Start it detached and poll (see scripts/gpu_session.sh); results in /tmp/buun-gpu/results.
+. "$(dirname "$0")/gpu_lib.sh"
+step vendor 120 bash -c "$BUUN vendor --from-archive .carry/llama-src.tar.xz && $BUUN patch" || exit 1
+B=vendor/build/cuda-quick
+BIN=$R/$B/bin
+step build 1500 bash -c "cmake -S vendor/llama.cpp -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+    -DGGML_NATIVE=ON -DGGML_CUDA_FA=ON -DGGML_CUDA_FA_ALL_QUANTS=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DLLAMA_BUILD_TESTS=ON > /dev/null && cmake --build $B -j 16 --target test-backend-ops llama-bench" &
+build_pid=$!
+step synth 600 $BUUN synth --scale full --target-type q4_k_m --draft-type q4_k
+wait $build_pid || { log "build failed"; exit 1; }
+TARGET=$(ls "$BUUN_MODELS_DIR"/synthetic/synth-*-full-q4_k_m.gguf)
+step tbo-small 600 "$BIN/test-backend-ops" test -o MUL_MAT -b CUDA0 -p 'type_a=q4_K,'
+tail -1 "$RES/tbo-small.log" | tee -a "$RES/summary.txt"
+VARIANTS=("mmq|GGML_CUDA_MMQ_SMALL=0" "small|")
+for v in "${VARIANTS[@]}"; do
+    IFS='|' read -r name vars <<< "$v"
+    step "llama-bench-$name" 300 env $vars "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 0 -r 40
+    grep "pp16" "$RES/llama-bench-$name.log" | tee -a "$RES/summary.txt"
+    ( [ -n "$vars" ] && export $vars; gpu_ncu_window "pp16-$name" -p 16 -n 0 -r 2 )
+    head -8 "$RES/ncu-pp16-$name.txt" >> "$RES/summary.txt"
+done
+gpu_pack
+log "done in $SECONDS s"
