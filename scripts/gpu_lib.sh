@@ -28,11 +28,22 @@ BUUN="python3 -m buun_tool"
 BIN=$R/vendor/build/cuda/bin
 NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)  # Nsight Compute, for kernel timings
 
+# the product's CUDA flags for sm_90 (what `buun build --cuda --cuda-arch 90` configures), for the
+# scripts that build only a few targets: cmake -S vendor/llama.cpp -B DIR $CUDA_CMAKE ...
+CUDA_CMAKE="-G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DGGML_NATIVE=ON -DGGML_CUDA_FA=ON"
+CUDA_CMAKE+=" -DGGML_CUDA_FA_ALL_QUANTS=ON -DCMAKE_CUDA_ARCHITECTURES=90"
+
+# the machine's facts, then the pinned tree from the carried archive with the series applied;
+# exits on failure
+gpu_vendor() {
+    { nvidia-smi; nproc; free -g; python3 --version; nvcc --version | tail -1; } > "$RES/machine.txt" 2>&1
+    step vendor 120 bash -c "$BUUN vendor --from-archive .carry/llama-src.tar.xz && $BUUN patch" || exit 1
+}
+
 # vendor + patch, then the CUDA build with the product flags (sm_90) while the full-size
 # synthetic pair is written; exits on failure
 gpu_prepare() {
-    { nvidia-smi; nproc; free -g; python3 --version; nvcc --version | tail -1; } > "$RES/machine.txt" 2>&1
-    step vendor 120 bash -c "$BUUN vendor --from-archive .carry/llama-src.tar.xz && $BUUN patch" || exit 1
+    gpu_vendor
     step build 1500 $BUUN build --cuda --cuda-arch 90 --jobs 16 &
     local build_pid=$!
     step synth 600 $BUUN synth --scale full --target-type q4_k_m --draft-type q4_k

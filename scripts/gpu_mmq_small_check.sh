@@ -5,11 +5,10 @@
 # cases with a planted bug (the warps' partial sums not added), which must fail. Builds only
 # test-backend-ops (CUDA, sm_90). Start it detached and poll (see scripts/gpu_session.sh).
 . "$(dirname "$0")/gpu_lib.sh"
-step vendor 120 bash -c "$BUUN vendor --from-archive .carry/llama-src.tar.xz && $BUUN patch" || exit 1
+gpu_vendor
 B=vendor/build/cuda-tbo
-step tbo-build 1500 bash -c "cmake -S vendor/llama.cpp -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-    -DGGML_NATIVE=ON -DGGML_CUDA_FA=ON -DGGML_CUDA_FA_ALL_QUANTS=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DLLAMA_BUILD_TESTS=ON -DLLAMA_CURL=OFF > /dev/null && cmake --build $B -j 16 --target test-backend-ops" || exit 1
+step tbo-build 1500 bash -c "cmake -S vendor/llama.cpp -B $B $CUDA_CMAKE -DLLAMA_BUILD_TESTS=ON > /dev/null \
+    && cmake --build $B -j 16 --target test-backend-ops" || exit 1
 TBO="$B/bin/test-backend-ops test -o MUL_MAT -b CUDA0 -p type_a=q4_K,"
 step tbo-small 600 $TBO
 tail -1 "$RES/tbo-small.log" | tee -a "$RES/summary.txt"

@@ -5,12 +5,11 @@
 # 16-token batch, with the kernel and with MMQ (GGML_CUDA_MMQ_SMALL=0). No DFlash runs.
 # Start it detached and poll (see scripts/gpu_session.sh); results in /tmp/buun-gpu/results.
 . "$(dirname "$0")/gpu_lib.sh"
-step vendor 120 bash -c "$BUUN vendor --from-archive .carry/llama-src.tar.xz && $BUUN patch" || exit 1
+gpu_vendor
 B=vendor/build/cuda-quick
 BIN=$R/$B/bin
-step build 1500 bash -c "cmake -S vendor/llama.cpp -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-    -DGGML_NATIVE=ON -DGGML_CUDA_FA=ON -DGGML_CUDA_FA_ALL_QUANTS=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DLLAMA_BUILD_TESTS=ON > /dev/null && cmake --build $B -j 16 --target test-backend-ops llama-bench" &
+step build 1500 bash -c "cmake -S vendor/llama.cpp -B $B $CUDA_CMAKE -DLLAMA_BUILD_TESTS=ON > /dev/null \
+    && cmake --build $B -j 16 --target test-backend-ops llama-bench" &
 build_pid=$!
 step synth 600 $BUUN synth --scale full --target-type q4_k_m --draft-type q4_k
 wait $build_pid || { log "build failed"; exit 1; }
