@@ -54,6 +54,23 @@ gpu_prepare() {
 
 BENCH=(--scale full --suite code --mode raw)  # `buun bench` on the synthetic pair, the code prompts
 
+# test-backend-ops added to the CUDA build of gpu_prepare (only the tests' objects compile)
+gpu_tbo_build() {
+    step tbo-build 900 bash -c "cmake -S vendor/llama.cpp -B vendor/build/cuda -DLLAMA_BUILD_TESTS=ON > /dev/null \
+        && cmake --build vendor/build/cuda -j 16 --target test-backend-ops"
+}
+
+# llama-bench pp16 (40 repetitions) and the ncu window of a 16-token batch, in the environment
+# given: gpu_pp16 NAME [VAR=VALUE...]; the pp16 line and the window's top kernels in summary.txt
+gpu_pp16() {
+    local name=$1
+    shift
+    step "llama-bench-$name" 300 env "$@" "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 0 -r 40
+    grep "pp16" "$RES/llama-bench-$name.log" | tee -a "$RES/summary.txt"
+    ( [ $# -gt 0 ] && export "$@"; gpu_ncu_window "pp16-$name" -p 16 -n 0 -r 2 )
+    head -8 "$RES/ncu-pp16-$name.txt" >> "$RES/summary.txt"
+}
+
 # the per-phase profile of a DFlash step (LLAMA_SPEC_PROFILE=1, patch 0004) at synthetic AL 1 and
 # 8.31: gpu_profile NAME [VAR=VALUE...] [-- BENCH_ARGS...]; its profile lines in $RES/profile-NAME.txt
 gpu_profile() {

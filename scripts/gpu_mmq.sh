@@ -23,8 +23,7 @@ measure() {  # measure TAG: the same measurements for each build
     gpu_ncu_window "tg-$tag" -p 0 -n 6 -r 1
 }
 
-step tbo-build 900 bash -c "cmake -S vendor/llama.cpp -B vendor/build/cuda -DLLAMA_BUILD_TESTS=ON > /dev/null \
-    && cmake --build vendor/build/cuda -j 16 --target test-backend-ops"
+gpu_tbo_build
 step tbo-mul-mat 600 "$BIN/test-backend-ops" test -o MUL_MAT -b CUDA0 -p "$CHANGED_TYPES"
 tail -3 "$RES/tbo-mul-mat.log" | tee -a "$RES/summary.txt"
 step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"

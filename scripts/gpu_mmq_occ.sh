@@ -11,8 +11,7 @@ gpu_prepare
 
 CFG=vendor/llama.cpp/ggml/src/ggml-cuda/mmq-config-ampere.cuh
 cp "$CFG" "$W/cfg.orig"
-step tbo-build 900 bash -c "cmake -S vendor/llama.cpp -B vendor/build/cuda -DLLAMA_BUILD_TESTS=ON > /dev/null \
-    && cmake --build vendor/build/cuda -j 16 --target test-backend-ops"
+gpu_tbo_build
 for occ in 4 6 8; do
     sed -i "s/CASE(GGML_TYPE_Q4_K, 128, [0-9],  64,  16/CASE(GGML_TYPE_Q4_K, 128, $occ,  64,  16/" "$CFG"
     grep -c "CASE(GGML_TYPE_Q4_K, 128, $occ,  64,  16" "$CFG" | tee -a "$RES/summary.txt"

@@ -7,18 +7,14 @@
 . "$(dirname "$0")/gpu_lib.sh"
 gpu_prepare
 
-step tbo-build 900 bash -c "cmake -S vendor/llama.cpp -B vendor/build/cuda -DLLAMA_BUILD_TESTS=ON > /dev/null \
-    && cmake --build vendor/build/cuda -j 16 --target test-backend-ops"
+gpu_tbo_build
 # name | environment
 VARIANTS=("mmq|GGML_CUDA_MMQ_SMALL=0" "small|")
 for v in "${VARIANTS[@]}"; do
     IFS='|' read -r name vars <<< "$v"
     step "tbo-$name" 300 env $vars "$BIN/test-backend-ops" test -o MUL_MAT -b CUDA0 -p 'type_a=q4_K,'
     tail -2 "$RES/tbo-$name.log" | tee -a "$RES/summary.txt"
-    step "llama-bench-$name" 300 env $vars "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 0 -r 40
-    grep "pp16" "$RES/llama-bench-$name.log" | tee -a "$RES/summary.txt"
-    ( [ -n "$vars" ] && export $vars; gpu_ncu_window "pp16-$name" -p 16 -n 0 -r 2 )
-    head -8 "$RES/ncu-pp16-$name.txt" >> "$RES/summary.txt"
+    gpu_pp16 "$name" $vars
 done
 step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
 

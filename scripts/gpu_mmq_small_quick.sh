@@ -16,13 +16,7 @@ wait $build_pid || { log "build failed"; exit 1; }
 TARGET=$(ls "$BUUN_MODELS_DIR"/synthetic/synth-*-full-q4_k_m.gguf)
 step tbo-small 600 "$BIN/test-backend-ops" test -o MUL_MAT -b CUDA0 -p 'type_a=q4_K,'
 tail -1 "$RES/tbo-small.log" | tee -a "$RES/summary.txt"
-VARIANTS=("mmq|GGML_CUDA_MMQ_SMALL=0" "small|")
-for v in "${VARIANTS[@]}"; do
-    IFS='|' read -r name vars <<< "$v"
-    step "llama-bench-$name" 300 env $vars "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 0 -r 40
-    grep "pp16" "$RES/llama-bench-$name.log" | tee -a "$RES/summary.txt"
-    ( [ -n "$vars" ] && export $vars; gpu_ncu_window "pp16-$name" -p 16 -n 0 -r 2 )
-    head -8 "$RES/ncu-pp16-$name.txt" >> "$RES/summary.txt"
-done
+gpu_pp16 mmq GGML_CUDA_MMQ_SMALL=0
+gpu_pp16 small
 gpu_pack
 log "done in $SECONDS s"
