@@ -115,3 +115,24 @@ gpu_pack() {
     done
     tar czf "$W/results.tgz" -C "$W" pack
 }
+
+# per-kernel GPU times (ncu) of a few speculative steps of a DFlash server, started with the argv
+# that `buun bench` logged at the top of SERVER_LOG and given one greedy request:
+# gpu_ncu_server NAME SERVER_LOG; $RES/ncu-NAME.txt splits the window by CUDA stream (ncu_steps.py)
+gpu_ncu_server() {
+    local name=$1 argv port pid
+    argv=$(head -1 "$2" | sed 's/^\$ //')
+    port=$(sed -n 's/.*--port \([0-9]*\).*/\1/p' <<< "$argv")
+    log "start ncu-$name"
+    eval "timeout 400 $NCU --cache-control none --clock-control none --launch-skip 60000 --launch-count 6000 \
+        --metrics gpu__time_duration.sum --csv $argv" > "$RES/ncu-$name.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 1; done
+    curl -s "http://127.0.0.1:$port/completion" -d '{"prompt": "def quicksort(items):", "n_predict": 160,
+        "temperature": 0, "ignore_eos": true, "cache_prompt": false}' > "$RES/ncu-$name-reply.json"
+    pkill -TERM -f "^$BIN/llama-server"
+    wait $pid
+    log "end ncu-$name: rc=$?"
+    python3 scripts/ncu_steps.py "$RES/ncu-$name.log" > "$RES/ncu-$name.txt"
+    head -12 "$RES/ncu-$name.txt" >> "$RES/summary.txt"
+}

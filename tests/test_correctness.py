@@ -428,6 +428,35 @@ def test_state_after_rollbacks_survives_slot_save_and_restore(llama_bin: Path, t
     assert max(scratch) <= tol_scratch, f"restored state differs from decoding from scratch by {max(scratch):.3g}"
 
 
+# a draft candidate of the DFlash drafter (common/speculative.cpp logs three per drafted position with -v)
+DRAFT_LINE = re.compile(r"draft candidate +\d+, pos +\d+: +\d+ \( *[-\d.]+\)")
+
+
+@slow
+def test_device_features_draft_as_host_features(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patch 0011: the target's features of a verify batch stay on the device and the draft
+    injects them from there. The draft sees its context only through those features, so a wrong
+    row, layer or position changes its candidates: every step's candidates (token and probability)
+    and the generation must be those of upstream's path through the host
+    (LLAMA_DFLASH_DEVICE_FEATURES=0), for a prompt short enough to be captured on the device and
+    one that goes through the host."""
+    args = _dflash_args(tiny_pair_f32, "--spec-synth-len", "2.5", "-v")
+    prompts = [PROMPTS[0][:12], PROMPTS[1]]
+    runs = {}
+    for device in ("1", "0"):
+        monkeypatch.setenv("LLAMA_DFLASH_DEVICE_FEATURES", device)
+        log = tmp_path / f"features-{device}.log"
+        with llama_server(llama_bin, args, log) as spec:
+            tokens = [spec.complete(prompt, N_GEN)["tokens"] for prompt in prompts]
+        text = log.read_text(errors="replace")
+        assert f"target features of verify batches: {'on the device' if device == '1' else 'through the host'}" in text
+        runs[device] = (DRAFT_LINE.findall(text), tokens)
+    candidates = runs["1"][0]
+    assert len(candidates) >= 3 * N_GEN, f"only {len(candidates)} draft candidates logged"
+    assert runs["1"] == runs["0"], "the draft's candidates differ between device and host features"
+
+
 PROFILE_LINE = re.compile(r"spec profile: steps=(\d+) ms/step:((?: \w+=[\d.]+)+) total=([\d.]+) "
                           r"rows/step=([\d.]+) accept/row=([\d.]+)")
 VERIFY_LINE = re.compile(r"task (\d+) \| accepted +(\d+)/ *\d+ draft tokens")  # a verify step, with LLAMA_TRACE=1

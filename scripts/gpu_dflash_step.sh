@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Patch 0009's final kernel in DFlash (MMQ vs the kernel, one build: per-phase profile and
+# `buun bench` at synthetic AL 1 / 7.67 / 8.31, tape and snapshots) and the per-kernel GPU times
+# of a few DFlash steps (ncu on llama-server, split by stream into verify / inject / draft).
+# Start it detached and poll (see scripts/gpu_session.sh); results in /tmp/buun-gpu/results.
+. "$(dirname "$0")/gpu_lib.sh"
+gpu_prepare
+
+step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
+gpu_profile small
+gpu_ncu_server step-al1 "$RES/profile-small/server-dflash-al1.log"
+gpu_profile mmq GGML_CUDA_MMQ_SMALL=0
+gpu_profile snapshot-small LLAMA_RS_ROLLBACK=snapshot
+# name | environment
+BENCHES=("tape-small|" "tape-mmq|GGML_CUDA_MMQ_SMALL=0" "snapshot-small|LLAMA_RS_ROLLBACK=snapshot")
+for v in "${BENCHES[@]}"; do
+    IFS='|' read -r name vars <<< "$v"
+    step "bench-$name" 600 env $vars $BUUN bench "${BENCH[@]}" \
+        --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-$name"
+done
+
+gpu_pack
+log "done in $SECONDS s"

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Patches 0010 (top-k without sorting) and 0011 (device-resident target features) against their
+# switches (GGML_CUDA_TOP_K_SMALL=0, LLAMA_DFLASH_DEVICE_FEATURES=0), one build: test-backend-ops
+# TOP_K, the per-phase profile of each combination, the correctness harness on CUDA, ncu kernel
+# times of a few DFlash steps, and `buun bench` (AR and synthetic AL 1 / 7.67 / 8.31) with both
+# patches and without. Start it detached and poll (see scripts/gpu_session.sh); results in
+# /tmp/buun-gpu/results.
+. "$(dirname "$0")/gpu_lib.sh"
+gpu_prepare
+
+gpu_tbo_build
+for v in "topk|" "sort|GGML_CUDA_TOP_K_SMALL=0"; do
+    IFS='|' read -r name vars <<< "$v"
+    step "tbo-$name" 300 env $vars "$BIN/test-backend-ops" test -o TOP_K -b CUDA0
+    tail -2 "$RES/tbo-$name.log" | tee -a "$RES/summary.txt"
+    step "tbo-perf-$name" 300 env $vars "$BIN/test-backend-ops" perf -o TOP_K -b CUDA0
+    grep "248320" "$RES/tbo-perf-$name.log" | tee -a "$RES/summary.txt"
+done
+step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
+
+OFF="GGML_CUDA_TOP_K_SMALL=0 LLAMA_DFLASH_DEVICE_FEATURES=0"
+gpu_profile new
+gpu_profile no-topk GGML_CUDA_TOP_K_SMALL=0
+gpu_profile no-devfeat LLAMA_DFLASH_DEVICE_FEATURES=0
+gpu_profile off $OFF
+gpu_profile new-nographs GGML_CUDA_DISABLE_GRAPHS=1
+gpu_ncu_server step-al1 "$RES/profile-new/server-dflash-al1.log"
+step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
+# name | environment
+BENCHES=("tape-new|" "tape-off|$OFF" "snapshot-new|LLAMA_RS_ROLLBACK=snapshot")
+for v in "${BENCHES[@]}"; do
+    IFS='|' read -r name vars <<< "$v"
+    step "bench-$name" 600 env $vars $BUUN bench "${BENCH[@]}" \
+        --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-$name"
+done
+
+gpu_pack
+log "done in $SECONDS s"

@@ -1,0 +1,55 @@
+"""Split `ncu --csv --metrics gpu__time_duration.sum` output of a DFlash server into runs of
+kernels on one CUDA stream (the target's and the drafter's contexts each have their own), so a
+window of a few speculative steps reads as verify / inject / draft groups.
+
+    python3 scripts/ncu_steps.py FILE   -> one line per run (stream, kernels, us, top kernels),
+                                           then the kernels of the first two drafter runs in order
+"""
+
+import csv
+import sys
+
+from ncu_sum import SCALE_TO_US
+
+
+def kernels(path: str) -> list[tuple[str, str, float]]:
+    with open(path, errors="replace") as f:
+        rows = list(csv.DictReader(line for line in f if line.startswith('"')))
+    out = []
+    for r in rows:
+        if r.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        us = float(r["Metric Value"].replace(",", "")) * SCALE_TO_US.get(r.get("Metric Unit", "ns"), 1e-3)
+        out.append((r.get("Stream", "?"), r["Kernel Name"].split("(")[0][:60], us))
+    return out
+
+
+def main(path: str) -> None:
+    ks = kernels(path)
+    runs: list[list[tuple[str, str, float]]] = []
+    for k in ks:
+        if runs and runs[-1][0][0] == k[0]:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    print(f"{path}: {len(ks)} kernels, {sum(k[2] for k in ks):.0f} us, {len(runs)} runs")
+    for run in runs:
+        top: dict[str, float] = {}
+        for _, name, us in run:
+            top[name] = top.get(name, 0.0) + us
+        best = ", ".join(f"{n} {u:.0f}" for n, u in sorted(top.items(), key=lambda x: -x[1])[:4])
+        print(f"stream {run[0][0]:>4} {len(run):5d} kernels {sum(k[2] for k in run):9.1f} us  {best}")
+    streams = [run[0][0] for run in runs]
+    small = min(set(streams), key=lambda s: sum(len(r) for r in runs if r[0][0] == s))
+    shown = 0
+    for run in runs[1:-1]:  # whole runs only
+        if run[0][0] != small or shown == 2:
+            continue
+        shown += 1
+        print(f"\nstream {small}, run of {len(run)} kernels:")
+        for _, name, us in run:
+            print(f"{us:8.1f} us  {name}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
