@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The series as of patch 0012 on one H100: 0012's Q5_K in the small-batch kernel against
+# GGML_CUDA_MMQ_SMALL=q4_K (test-backend-ops MUL_MAT q5_K, llama-bench pp16 and its ncu window),
+# the per-phase profile and `buun bench` (AR and synthetic AL 1 / 7.67 / 8.31) with the whole
+# series, without 0012, and without 0010-0012 (GGML_CUDA_MMQ_SMALL=q4_K GGML_CUDA_TOP_K_SMALL=0
+# LLAMA_DFLASH_DEVICE_FEATURES=0), snapshots with the whole series, the correctness harness on
+# CUDA and ncu kernel times of a few DFlash steps. Start it detached and poll (see
+# scripts/gpu_session.sh); results in /tmp/buun-gpu/results.
+. "$(dirname "$0")/gpu_lib.sh"
+gpu_prepare
+
+gpu_tbo_build
+for v in "q5k|" "q5k-mmq|GGML_CUDA_MMQ_SMALL=q4_K"; do
+    IFS='|' read -r name vars <<< "$v"
+    step "tbo-$name" 300 env $vars "$BIN/test-backend-ops" test -o MUL_MAT -b CUDA0 -p 'type_a=q5_K,'
+    tail -2 "$RES/tbo-$name.log" | tee -a "$RES/summary.txt"
+done
+step tbo-q4k 300 "$BIN/test-backend-ops" test -o MUL_MAT -b CUDA0 -p 'type_a=q4_K,'
+tail -2 "$RES/tbo-q4k.log" | tee -a "$RES/summary.txt"
+gpu_pp16 q4only GGML_CUDA_MMQ_SMALL=q4_K
+gpu_pp16 all
+step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
+
+OFF="GGML_CUDA_MMQ_SMALL=q4_K GGML_CUDA_TOP_K_SMALL=0 LLAMA_DFLASH_DEVICE_FEATURES=0"
+gpu_profile all
+gpu_profile q4only GGML_CUDA_MMQ_SMALL=q4_K
+gpu_profile off $OFF
+gpu_profile snapshot-all LLAMA_RS_ROLLBACK=snapshot
+# name | environment
+BENCHES=("tape-all|" "tape-off|$OFF" "snapshot-all|LLAMA_RS_ROLLBACK=snapshot" "tape-q4only|GGML_CUDA_MMQ_SMALL=q4_K")
+for v in "${BENCHES[@]}"; do
+    IFS='|' read -r name vars <<< "$v"
+    step "bench-$name" 600 env $vars $BUUN bench "${BENCH[@]}" \
+        --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-$name"
+done
+step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
+gpu_ncu_server step-al1 "$RES/profile-all/server-dflash-al1.log"
+
+gpu_pack
+log "done in $SECONDS s"
