@@ -38,9 +38,9 @@ ROLLBACKS = ("tape", "snapshot")
 # all of the series' environment switches: 0005's rollback, 0008's greedy argmax (0 keeps upstream's
 # sampler chain), 0009/0012's small-batch matmul (0 keeps MMQ, q4_K keeps it for Q5_K), 0010's
 # top-k (0 sorts the rows), 0011's device-resident features (0 sends them through the host),
-# 0013's identity tokens (0 runs them through the update), 0004's per-phase profile
+# 0004's per-phase profile
 SWITCHES = (ROLLBACK_ENV, "LLAMA_SAMPLING_GREEDY", "GGML_CUDA_MMQ_SMALL", "GGML_CUDA_TOP_K_SMALL",
-            "LLAMA_DFLASH_DEVICE_FEATURES", "GGML_CUDA_GDN_SKIP_IDENTITY", "LLAMA_SPEC_PROFILE")
+            "LLAMA_DFLASH_DEVICE_FEATURES", "LLAMA_SPEC_PROFILE")
 
 
 def rollback_from_env() -> str:
