@@ -142,6 +142,12 @@ class TestCli:
         res = CliRunner().invoke(app, ["fit", "--gpu-mem", "24"])
         assert res.exit_code == 2 and "LLAMA_RS_ROLLBACK=snapshots: expected tape or snapshot" in " ".join(
             res.output.split())
+        # the flag wins over the environment; a value of its own that is neither is refused by name
+        res = CliRunner().invoke(app, ["fit", "--gpu-mem", "24", "--json", "--rollback", "tape"])
+        assert res.exit_code == 0 and json.loads(res.stdout)["prediction"]["flags"]["rollback"] == "tape"
+        res = CliRunner().invoke(app, ["fit", "--gpu-mem", "24", "--rollback", "upstream"])
+        flat = " ".join(res.output.replace("│", " ").split())
+        assert res.exit_code == 2 and "'upstream' is not one of 'tape', 'snapshot'" in flat, flat
 
     def test_unknown_cache_type_is_a_usage_error(self) -> None:
         res = CliRunner().invoke(app, ["fit", "--ctk", "q3_k"])

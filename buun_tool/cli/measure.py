@@ -15,6 +15,7 @@ from __future__ import annotations
 import shlex
 import time
 from dataclasses import replace
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -30,6 +31,8 @@ ScaleOpt = Annotated[str | None, typer.Option(
     "--scale", help="full: the real geometry; tiny: the recipe's CPU-test shrink (default: full with a GPU).",
     show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
+# --rollback's values; typer refuses any other by name (the environment's is checked by patches)
+Rollback = Enum("Rollback", {name: name for name in patches.ROLLBACKS}, type=str)
 
 
 def _synth_dir() -> Path:
@@ -218,9 +221,10 @@ def fit_cmd(
     batch: Annotated[int | None, typer.Option("--batch", help="-b (default: the recipe's).", show_default=False)
                      ] = None,
     parallel: Annotated[int | None, typer.Option("--parallel", help="-np.", show_default=False)] = None,
-    rollback: Annotated[str | None, typer.Option("--rollback", help="Recurrent-state rollback: tape (buun's "
-                                                 "patch 0005) or snapshot (upstream's planes); default: "
-                                                 "LLAMA_RS_ROLLBACK, else tape.", show_default=False)] = None,
+    rollback: Annotated[Rollback | None, typer.Option("--rollback",
+                                                      help="Recurrent-state rollback: tape (buun's patch 0005) or "
+                                                      "snapshot (upstream's planes); default: "
+                                                      "LLAMA_RS_ROLLBACK, else tape.", show_default=False)] = None,
     margin: Annotated[float, typer.Option("--margin", help="GiB kept free (display, fragmentation).")] = 0.25,
     measure_: Annotated[bool, typer.Option("--measure", help="Also load the synthetic pair in the real "
                                            "llama-server and read what it allocates.")] = False,
@@ -228,11 +232,7 @@ def fit_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Predict GPU memory by component; say whether it fits, the largest context, and what makes it fit."""
-    if rollback is None:
-        rollback = patches.rollback_from_env()
-    elif rollback not in patches.ROLLBACKS:
-        raise UsageError(f"--rollback {rollback}: expected {' or '.join(patches.ROLLBACKS)}",
-                         "tape is the patched build's default")
+    rollback_name = rollback.value if rollback else patches.rollback_from_env()
     r = recipes.load(recipe)
     base = fit.flags_from_recipe(r)
     kv = ctk or base.cache_type_k
@@ -240,7 +240,7 @@ def fit_cmd(
                     draft_max=base.draft_max if draft_max is None else draft_max,
                     draft_ctx=base.draft_ctx if ctx_draft is None else (ctx_draft or None),
                     ubatch=ubatch or base.ubatch, batch=batch or base.batch, n_parallel=parallel or base.n_parallel,
-                    rollback=rollback)
+                    rollback=rollback_name)
     gpu_gib = gpu_mem or _default_gpu_gib()
     weights = fit.default_weights(r)
     pred = fit.predict(r, flags, weights=weights)
