@@ -11,13 +11,7 @@ gpu_profile small
 gpu_ncu_server step-al1 "$RES/profile-small/server-dflash-al1.log"
 gpu_profile mmq GGML_CUDA_MMQ_SMALL=0
 gpu_profile snapshot-small LLAMA_RS_ROLLBACK=snapshot
-# name | environment
-BENCHES=("tape-small|" "tape-mmq|GGML_CUDA_MMQ_SMALL=0" "snapshot-small|LLAMA_RS_ROLLBACK=snapshot")
-for v in "${BENCHES[@]}"; do
-    IFS='|' read -r name vars <<< "$v"
-    step "bench-$name" 600 env $vars $BUUN bench "${BENCH[@]}" \
-        --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-$name"
-done
+gpu_benches "tape-small|" "tape-mmq|GGML_CUDA_MMQ_SMALL=0" "snapshot-small|LLAMA_RS_ROLLBACK=snapshot"
 
 gpu_pack
 log "done in $SECONDS s"

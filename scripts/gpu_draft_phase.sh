@@ -26,13 +26,7 @@ gpu_profile off $OFF
 gpu_profile new-nographs GGML_CUDA_DISABLE_GRAPHS=1
 gpu_ncu_server step-al1 "$RES/profile-new/server-dflash-al1.log"
 step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
-# name | environment
-BENCHES=("tape-new|" "tape-off|$OFF" "snapshot-new|LLAMA_RS_ROLLBACK=snapshot")
-for v in "${BENCHES[@]}"; do
-    IFS='|' read -r name vars <<< "$v"
-    step "bench-$name" 600 env $vars $BUUN bench "${BENCH[@]}" \
-        --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-$name"
-done
+gpu_benches "tape-new|" "tape-off|$OFF" "snapshot-new|LLAMA_RS_ROLLBACK=snapshot"
 
 gpu_pack
 log "done in $SECONDS s"

@@ -83,6 +83,17 @@ gpu_profile() {
     grep -H "spec profile" "$RES/profile-$name"/server-*.log > "$RES/profile-$name.txt"
 }
 
+# `buun bench` (AR and synthetic AL 1 / 7.67 / 8.31, 2 prompts x 512 tokens) of each variant:
+# gpu_benches "NAME|VAR=VALUE ..." ...; results in $RES/bench-NAME
+gpu_benches() {
+    local v name vars
+    for v in "$@"; do
+        IFS='|' read -r name vars <<< "$v"
+        step "bench-$name" 600 env $vars $BUUN bench "${BENCH[@]}" \
+            --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-$name"
+    done
+}
+
 # per-kernel GPU times (ncu, warm caches, unlocked clocks) over a window of 1400 kernels of
 # llama-bench, summed per kernel: gpu_ncu_window NAME LLAMA_BENCH_ARGS...; $RES/ncu-NAME.txt
 gpu_ncu_window() {

@@ -23,14 +23,8 @@ gpu_profile snapshot-mmq GGML_CUDA_MMQ_SMALL=0 LLAMA_RS_ROLLBACK=snapshot
 gpu_profile snapshot-small LLAMA_RS_ROLLBACK=snapshot
 gpu_profile small
 step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
-# name | environment
-BENCHES=("tape-mmq|GGML_CUDA_MMQ_SMALL=0" "tape-small|" "snapshot-mmq|GGML_CUDA_MMQ_SMALL=0 LLAMA_RS_ROLLBACK=snapshot"
-         "snapshot-small|LLAMA_RS_ROLLBACK=snapshot")
-for v in "${BENCHES[@]}"; do
-    IFS='|' read -r name vars <<< "$v"
-    step "bench-$name" 600 env $vars $BUUN bench "${BENCH[@]}" \
-        --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-$name"
-done
+gpu_benches "tape-mmq|GGML_CUDA_MMQ_SMALL=0" "tape-small|" \
+    "snapshot-mmq|GGML_CUDA_MMQ_SMALL=0 LLAMA_RS_ROLLBACK=snapshot" "snapshot-small|LLAMA_RS_ROLLBACK=snapshot"
 step ncu-small-full 300 "$NCU" --set full --cache-control none --clock-control none -k "regex:^mul_mat_q4_K_small" \
     --launch-skip 200 --launch-count 2 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 16 -n 0 -r 1
 

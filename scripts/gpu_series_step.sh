@@ -26,13 +26,8 @@ gpu_profile all
 gpu_profile q4only GGML_CUDA_MMQ_SMALL=q4_K
 gpu_profile off $OFF
 gpu_profile snapshot-all LLAMA_RS_ROLLBACK=snapshot
-# name | environment
-BENCHES=("tape-all|" "tape-off|$OFF" "snapshot-all|LLAMA_RS_ROLLBACK=snapshot" "tape-q4only|GGML_CUDA_MMQ_SMALL=q4_K")
-for v in "${BENCHES[@]}"; do
-    IFS='|' read -r name vars <<< "$v"
-    step "bench-$name" 600 env $vars $BUUN bench "${BENCH[@]}" \
-        --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-$name"
-done
+gpu_benches "tape-all|" "tape-off|$OFF" "snapshot-all|LLAMA_RS_ROLLBACK=snapshot" \
+    "tape-q4only|GGML_CUDA_MMQ_SMALL=q4_K"
 step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
 gpu_ncu_server step-al1 "$RES/profile-all/server-dflash-al1.log"
 
