@@ -36,11 +36,12 @@ COMMITTER = {"GIT_COMMITTER_NAME": "buun", "GIT_COMMITTER_EMAIL": "buun@localhos
 ROLLBACK_ENV = "LLAMA_RS_ROLLBACK"
 ROLLBACKS = ("tape", "snapshot")
 # all of the series' environment switches: 0005's rollback, 0008's greedy argmax (0 keeps upstream's
-# sampler chain), 0009/0012's small-batch matmul (0 keeps MMQ, q4_K keeps it for Q5_K), 0010's
-# top-k (0 sorts the rows), 0011's device-resident features (0 sends them through the host),
-# 0004's per-phase profile
+# sampler chain), 0009/0012/0013's small-batch matmul (0 keeps MMQ, a list such as q4_K,q5_K keeps
+# it for the other types), 0010's top-k (0 sorts the rows), 0011's device-resident features (0
+# sends them through the host), 0014's split argmax (0: a block a row), 0015's shared activation
+# quantization (0: one per matmul), 0004's per-phase profile
 SWITCHES = (ROLLBACK_ENV, "LLAMA_SAMPLING_GREEDY", "GGML_CUDA_MMQ_SMALL", "GGML_CUDA_TOP_K_SMALL",
-            "LLAMA_DFLASH_DEVICE_FEATURES", "LLAMA_SPEC_PROFILE")
+            "LLAMA_DFLASH_DEVICE_FEATURES", "GGML_CUDA_ARGMAX_SPLIT", "GGML_CUDA_MMQS_SHARE", "LLAMA_SPEC_PROFILE")
 
 
 def rollback_from_env() -> str:

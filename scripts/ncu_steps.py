@@ -3,13 +3,14 @@ kernels on one CUDA stream (the target's and the drafter's contexts each have th
 window of a few speculative steps reads as verify / inject / draft groups.
 
     python3 scripts/ncu_steps.py FILE   -> one line per run (stream, kernels, us, top kernels),
-                                           then the kernels of the first two drafter runs in order
+                                           the kernels of the first two drafter runs in order, then
+                                           the per-kernel sums of the longest whole target run
 """
 
 import csv
 import sys
 
-from ncu_sum import SCALE_TO_US
+from ncu_sum import SCALE_TO_US, per_kernel
 
 
 def kernels(path: str) -> list[tuple[str, str, float]]:
@@ -49,6 +50,11 @@ def main(path: str) -> None:
         print(f"\nstream {small}, run of {len(run)} kernels:")
         for _, name, us in run:
             print(f"{us:8.1f} us  {name}")
+    whole = [run for run in runs[1:-1] if run[0][0] != small]
+    if whole:
+        longest = max(whole, key=len)
+        print(f"\nstream {longest[0][0]}, the longest run ({len(longest)} kernels), per kernel:")
+        print("\n".join(per_kernel([(name, us) for _, name, us in longest])))
 
 
 if __name__ == "__main__":
