@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Patches 0013-0015 on one H100, one build of the series: 0013's Q6_K in the small-batch kernel
 # against GGML_CUDA_MMQ_SMALL=q4_K,q5_K, 0014's split argmax against GGML_CUDA_ARGMAX_SPLIT=0, 0015's
-# shared activation quantization against GGML_CUDA_MMQS_SHARE=0 (test-backend-ops eval and perf of
-# each); llama-bench pp16 and AR with their ncu windows; the per-phase profile of a DFlash step with
-# the series, without each of the three, with the target's sampling on the GPU (-bs, where 0014's
-# argmax serves each verified row) and with snapshots; `buun bench` (AR and synthetic AL 1 / 7.67 /
-# 8.31) of the series, of -bs and without the three; the correctness harness on CUDA; ncu kernel
-# times of a few DFlash steps. Start it detached and poll (see scripts/gpu_session.sh); results in
+# shared activation quantization against GGML_CUDA_MMQS_SHARE=0 (test-backend-ops eval of each; perf
+# of the first two, as perf repeats a test's last node only and cannot time matmuls that share);
+# llama-bench pp16 and AR with their ncu windows; the per-phase profile of a DFlash step with the
+# series, without each of the three, with the target's sampling on the GPU (-bs, where 0014's argmax
+# serves each verified row) and with snapshots; `buun bench` (AR and synthetic AL 1 / 7.67 / 8.31)
+# of the series, of -bs and without the three; the correctness harness on CUDA; ncu kernel times of
+# a few DFlash steps. Start it detached and poll (see scripts/gpu_session.sh); results in
 # /tmp/buun-gpu/results.
 . "$(dirname "$0")/gpu_lib.sh"
 gpu_prepare
@@ -32,8 +33,6 @@ tbo perf-q6k "" perf -o MUL_MAT -p 'type_a=q6_K,type_b=f32,m=(5120|248320),n=16,
 tbo perf-q6k-mmq "$NOQ6" perf -o MUL_MAT -p 'type_a=q6_K,type_b=f32,m=(5120|248320),n=16,'
 tbo perf-argmax "" perf -o ARGMAX -p 'ne=\[248320'
 tbo perf-argmax-nosplit GGML_CUDA_ARGMAX_SPLIT=0 perf -o ARGMAX -p 'ne=\[248320'
-tbo perf-shared "" perf -o MUL_MAT_SHARED_SRC1
-tbo perf-shared-off GGML_CUDA_MMQS_SHARE=0 perf -o MUL_MAT_SHARED_SRC1
 
 gpu_pp16 noq6 "$NOQ6"
 gpu_pp16 all
