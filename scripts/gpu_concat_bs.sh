@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Patch 0016 on one H100 and two runs of each variant, interleaved, so that the machine's drift
+# falls on all of them: test-backend-ops CONCAT (eval and perf of the conv window) with the
+# kernel and with GGML_CUDA_CONCAT_SHORT=0; the correctness harness on CUDA; then the per-phase
+# profile of a DFlash step and `buun bench` (AR and synthetic AL 1 / 7.67 / 8.31) of the series
+# (all), the series with the target's sampling on the GPU (-bs), without 0016 (noconcat) and without
+# 0013 (noq6), in the order all, bs, noconcat, noq6, twice. Start it detached and poll (see
+# scripts/gpu_session.sh); results in /tmp/buun-gpu/results.
+. "$(dirname "$0")/gpu_lib.sh"
+gpu_prepare
+
+gpu_tbo_build
+for v in "concat|" "concat-off|GGML_CUDA_CONCAT_SHORT=0"; do
+    IFS='|' read -r name vars <<< "$v"
+    step "tbo-$name" 300 env $vars "$BIN/test-backend-ops" test -b CUDA0 -o CONCAT
+    tail -2 "$RES/tbo-$name.log" | tee -a "$RES/summary.txt"
+    step "tbo-perf-$name" 300 env $vars "$BIN/test-backend-ops" perf -b CUDA0 -o CONCAT -p 'ne_a=\[3,10240'
+    grep "us/run" "$RES/tbo-perf-$name.log" | tee -a "$RES/summary.txt"
+done
+step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
+step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
+
+VARIANTS=("all||" "bs||-bs" "noconcat|GGML_CUDA_CONCAT_SHORT=0|" "noq6|GGML_CUDA_MMQ_SMALL=q4_K,q5_K|")
+for rep in 1 2; do
+    for v in "${VARIANTS[@]}"; do
+        IFS='|' read -r name vars extra <<< "$v"
+        gpu_profile "$name-$rep" $vars -- --server-args "$extra"
+        step "bench-$name-$rep" 600 env $vars $BUUN bench "${BENCH[@]}" --server-args "$extra" \
+            --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-$name-$rep"
+    done
+done
+
+gpu_pack
+log "done in $SECONDS s"
