@@ -129,6 +129,7 @@ class ServerFlags:
     draft_max: int = 15
     draft_min: int = 1
     spec_batch: tuple[str, ...] = ("-b", "256", "-ub", "64")  # the seed's DFlash batch sizes
+    backend_sampling: bool = True  # -bs, as the recipe serves: rows sampled in the graph
     extra: tuple[str, ...] = ()
 
 
@@ -146,6 +147,8 @@ def server_argv(binary: Path, target: Path, drafter: Path | None, cfg: ServerCon
                  *flags.spec_batch]
         if cfg.synthetic_al is not None:
             argv += ["--spec-synth-len", f"{cfg.synthetic_al:g}"]
+    if flags.backend_sampling:
+        argv.append("-bs")
     return argv + list(flags.extra)
 
 

@@ -12,10 +12,8 @@ gpu_prepare
 gpu_tbo_build
 for v in "concat|" "concat-off|GGML_CUDA_CONCAT_SHORT=0"; do
     IFS='|' read -r name vars <<< "$v"
-    step "tbo-$name" 300 env $vars "$BIN/test-backend-ops" test -b CUDA0 -o CONCAT
-    tail -2 "$RES/tbo-$name.log" | tee -a "$RES/summary.txt"
-    step "tbo-perf-$name" 300 env $vars "$BIN/test-backend-ops" perf -b CUDA0 -o CONCAT -p 'ne_a=\[3,10240'
-    grep "us/run" "$RES/tbo-perf-$name.log" | tee -a "$RES/summary.txt"
+    gpu_tbo "$name" "$vars" test -o CONCAT
+    gpu_tbo "perf-$name" "$vars" perf -o CONCAT -p 'ne_a=\[3,10240'
 done
 step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
 step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5

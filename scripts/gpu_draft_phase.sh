@@ -11,10 +11,8 @@ gpu_prepare
 gpu_tbo_build
 for v in "topk|" "sort|GGML_CUDA_TOP_K_SMALL=0"; do
     IFS='|' read -r name vars <<< "$v"
-    step "tbo-$name" 300 env $vars "$BIN/test-backend-ops" test -o TOP_K -b CUDA0
-    tail -2 "$RES/tbo-$name.log" | tee -a "$RES/summary.txt"
-    step "tbo-perf-$name" 300 env $vars "$BIN/test-backend-ops" perf -o TOP_K -b CUDA0 -p 248320
-    grep "248320" "$RES/tbo-perf-$name.log" | tee -a "$RES/summary.txt"
+    gpu_tbo "$name" "$vars" test -o TOP_K
+    gpu_tbo "perf-$name" "$vars" perf -o TOP_K -p 248320
 done
 step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
 

@@ -60,6 +60,16 @@ gpu_tbo_build() {
         && cmake --build vendor/build/cuda -j 16 --target test-backend-ops"
 }
 
+# a test-backend-ops run on the CUDA device in the environment given, its verdict (test) or its
+# timings (perf) in summary.txt: gpu_tbo NAME "VAR=VALUE ..." test|perf ARGS...; $RES/tbo-NAME.log
+gpu_tbo() {
+    local name=$1 vars=$2 mode=$3
+    shift 3
+    step "tbo-$name" 300 env $vars "$BIN/test-backend-ops" "$mode" -b CUDA0 "$@"
+    if [ "$mode" = test ]; then tail -2 "$RES/tbo-$name.log"; else grep "us/run" "$RES/tbo-$name.log"; fi \
+        | tee -a "$RES/summary.txt"
+}
+
 # llama-bench pp16 (40 repetitions) and the ncu window of a 16-token batch, in the environment
 # given: gpu_pp16 NAME [VAR=VALUE...]; the pp16 line and the window's top kernels in summary.txt
 gpu_pp16() {

@@ -12,8 +12,7 @@ gpu_tbo_build
 VARIANTS=("mmq|GGML_CUDA_MMQ_SMALL=0" "small|")
 for v in "${VARIANTS[@]}"; do
     IFS='|' read -r name vars <<< "$v"
-    step "tbo-$name" 300 env $vars "$BIN/test-backend-ops" test -o MUL_MAT -b CUDA0 -p 'type_a=q4_K,'
-    tail -2 "$RES/tbo-$name.log" | tee -a "$RES/summary.txt"
+    gpu_tbo "$name" "$vars" test -o MUL_MAT -p 'type_a=q4_K,'
     gpu_pp16 "$name" $vars
 done
 step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5

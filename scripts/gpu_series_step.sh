@@ -10,13 +10,9 @@
 gpu_prepare
 
 gpu_tbo_build
-for v in "q5k|" "q5k-mmq|GGML_CUDA_MMQ_SMALL=q4_K"; do
-    IFS='|' read -r name vars <<< "$v"
-    step "tbo-$name" 300 env $vars "$BIN/test-backend-ops" test -o MUL_MAT -b CUDA0 -p 'type_a=q5_K,'
-    tail -2 "$RES/tbo-$name.log" | tee -a "$RES/summary.txt"
-done
-step tbo-q4k 300 "$BIN/test-backend-ops" test -o MUL_MAT -b CUDA0 -p 'type_a=q4_K,'
-tail -2 "$RES/tbo-q4k.log" | tee -a "$RES/summary.txt"
+gpu_tbo q5k "" test -o MUL_MAT -p 'type_a=q5_K,'
+gpu_tbo q5k-mmq GGML_CUDA_MMQ_SMALL=q4_K test -o MUL_MAT -p 'type_a=q5_K,'
+gpu_tbo q4k "" test -o MUL_MAT -p 'type_a=q4_K,'
 gpu_pp16 q4only GGML_CUDA_MMQ_SMALL=q4_K
 gpu_pp16 all
 step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5

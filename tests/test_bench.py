@@ -127,6 +127,10 @@ class TestServerCommands:
         i = df.index("--spec-type")
         assert df[i + 1] == "draft-dflash" and df[df.index("--spec-draft-n-max") + 1] == "15"
         assert df[df.index("--spec-synth-len") + 1] == "7.67" and df[df.index("-md") + 1] == "d.gguf"
+        assert "-bs" in ar and "-bs" in df  # both sample in the graph, as the recipe serves
+        host = bench.ServerFlags(ctx=4096, draft_max=15, backend_sampling=False)
+        on_host = bench.server_argv(Path("/b/llama-server"), Path("t.gguf"), Path("d.gguf"), cfgs[2], host, 9000)
+        assert "-bs" not in on_host
 
     def test_real_acceptance_when_no_length_is_forced(self) -> None:
         assert [c.label for c in bench.configs(ar=False, synthetic_al=None)] == ["DFlash"]

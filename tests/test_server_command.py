@@ -22,6 +22,7 @@ class TestCanonical:
         ("--draft-max", "--draft-max"), ("--spec-draft-n-max", "--draft-max"),
         ("--spec-draft-n-min", "--draft-min"), ("--spec-draft-ngl", "-ngld"),
         ("--no-jinja", "--jinja"), ("--no-webui", "--ui"), ("-nkvo", "-kvo"),
+        ("--backend-sampling", "-bs"),
         ("--some-new-flag", "--some-new-flag"),
     ])
     def test_spellings(self, spelling: str, expected: str) -> None:
@@ -170,8 +171,14 @@ class TestPrintCmd:
         assert r.exit_code == 0, r.output
         assert r.stdout.strip() == (
             f"{fake_bin}/llama-server -m /m/t.gguf -md /m/d.gguf --spec-type dflash -ngl 99 -ngld 99 -np 1 "
-            "-c 6048 -cd 256 -fa on -b 256 -ub 64 --draft-max 16 --draft-min 1 --jinja "
+            "-c 6048 -cd 256 -fa on -b 256 -ub 64 --draft-max 16 --draft-min 1 --jinja --backend-sampling "
             "--host 127.0.0.1 --port 8080 --metrics")
+
+    def test_backend_sampling_dropped_in_either_spelling(self, fake_bin: Path) -> None:
+        for spelling in ("--backend-sampling", "-bs"):
+            r = self.run("--drop", spelling)
+            assert r.exit_code == 0, r.output
+            assert "--backend-sampling" not in r.stdout and " -bs" not in r.stdout and "--jinja" in r.stdout
 
     def test_overrides_drops_and_a_masked_key(self, fake_bin: Path) -> None:
         r = self.run("--drop", "-cd", "--port", "9001", "--api-key", "hunter2", "--", "--ctx-size", "4096",

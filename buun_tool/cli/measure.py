@@ -131,6 +131,8 @@ def bench_cmd(
     ctx: Annotated[int, typer.Option("--ctx", help="llama-server -c.")] = 6048,
     draft_max: Annotated[int | None, typer.Option("--draft-max", help="--spec-draft-n-max (default: block_size-1).",
                                                   show_default=False)] = None,
+    host_sampling: Annotated[bool, typer.Option("--host-sampling", help="Sample on the host, without -bs (the "
+                                                "recipe's default samples in the target's graph).")] = False,
     server_args: Annotated[str, typer.Option("--server-args", help="Extra llama-server flags for every server, "
                                              "as one string: --server-args '-t 8'.")] = "",
     out: Annotated[Path | None, typer.Option("--out", help="Folder for the JSON, PNG and server logs.",
@@ -146,7 +148,7 @@ def bench_cmd(
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = out or paths.bench_dir() / stamp
     flags = bench.ServerFlags(ctx=ctx, n_gpu_layers=99, draft_max=draft_max or dgeo.block_size - 1,
-                              extra=tuple(shlex.split(server_args)))
+                              backend_sampling=not host_sampling, extra=tuple(shlex.split(server_args)))
     opts = bench.BenchOptions(
         target=t, drafter=d, url=url, suites=_csv(suite, bench.SUITES, "--suite"),
         modes=_csv(mode, bench.MODES, "--mode"), prompts=prompts or None, n_predict=n_predict, repeats=repeats,

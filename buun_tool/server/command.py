@@ -65,6 +65,7 @@ ALIAS_GROUPS: tuple[tuple[str, ...], ...] = (
     ("-lv", "--verbosity", "--log-verbosity"),
     ("--ui", "--webui"),
     ("-hft", "--hf-token"),
+    ("-bs", "--backend-sampling"),
 )
 # Negative switches whose spelling is not simply --no-<positive>.
 NEGATIONS: Mapping[str, str] = {
