@@ -17,7 +17,7 @@ done
 step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
 for v in "${VARIANTS[@]}"; do
     IFS='|' read -r name vars <<< "$v"
-    gpu_profile "$name" $vars -- --server-args -bs
+    gpu_profile "$name" $vars
 done
 gpu_benches "${VARIANTS[@]}"
 
