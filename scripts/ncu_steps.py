@@ -7,26 +7,13 @@ window of a few speculative steps reads as verify / inject / draft groups.
                                            the per-kernel sums of the longest whole target run
 """
 
-import csv
 import sys
 
-from ncu_sum import SCALE_TO_US, per_kernel
-
-
-def kernels(path: str) -> list[tuple[str, str, float]]:
-    with open(path, errors="replace") as f:
-        rows = list(csv.DictReader(line for line in f if line.startswith('"')))
-    out = []
-    for r in rows:
-        if r.get("Metric Name") != "gpu__time_duration.sum":
-            continue
-        us = float(r["Metric Value"].replace(",", "")) * SCALE_TO_US.get(r.get("Metric Unit", "ns"), 1e-3)
-        out.append((r.get("Stream", "?"), r["Kernel Name"].split("(")[0][:60], us))
-    return out
+from ncu_sum import per_kernel, read_kernels
 
 
 def main(path: str) -> None:
-    ks = kernels(path)
+    ks = read_kernels(path, name_len=60)
     runs: list[list[tuple[str, str, float]]] = []
     for k in ks:
         if runs and runs[-1][0][0] == k[0]:

@@ -10,6 +10,15 @@ import sys
 SCALE_TO_US = {"ns": 1e-3, "us": 1.0, "usecond": 1.0, "nsecond": 1e-3, "ms": 1e3, "msecond": 1e3}
 
 
+def read_kernels(path: str, name_len: int = 70) -> list[tuple[str, str, float]]:
+    """(stream, kernel name cut at its arguments and at name_len, us) of each kernel, in order."""
+    with open(path, errors="replace") as f:
+        rows = list(csv.DictReader(line for line in f if line.startswith('"')))
+    return [(r.get("Stream", "?"), r["Kernel Name"].split("(")[0][:name_len],
+             float(r["Metric Value"].replace(",", "")) * SCALE_TO_US.get(r.get("Metric Unit", "ns"), 1e-3))
+            for r in rows if r.get("Metric Name") == "gpu__time_duration.sum"]
+
+
 def per_kernel(kernels: list[tuple[str, float]], top: int = 30) -> list[str]:
     """One line per kernel name, costliest first: total us, share, launches; then the rest."""
     total: collections.Counter[str] = collections.Counter()
@@ -29,11 +38,7 @@ def per_kernel(kernels: list[tuple[str, float]], top: int = 30) -> list[str]:
 
 
 def main(path: str) -> None:
-    with open(path, errors="replace") as f:
-        rows = list(csv.DictReader(line for line in f if line.startswith('"')))
-    kernels = [(r["Kernel Name"].split("(")[0][:70],
-                float(r["Metric Value"].replace(",", "")) * SCALE_TO_US.get(r.get("Metric Unit", "ns"), 1e-3))
-               for r in rows if r.get("Metric Name") == "gpu__time_duration.sum"]
+    kernels = [(name, us) for _, name, us in read_kernels(path)]
     print(f"{path}: {len(kernels)} kernels, {sum(us for _, us in kernels):.0f} us")
     print("\n".join(per_kernel(kernels)))
 
