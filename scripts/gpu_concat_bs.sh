@@ -10,11 +10,7 @@
 gpu_prepare
 
 gpu_tbo_build
-for v in "concat|" "concat-off|GGML_CUDA_CONCAT_SHORT=0"; do
-    IFS='|' read -r name vars <<< "$v"
-    gpu_tbo "$name" "$vars" test -o CONCAT
-    gpu_tbo "perf-$name" "$vars" perf -o CONCAT -p 'ne_a=\[3,10240'
-done
+gpu_tbo_variants CONCAT 'ne_a=\[3,10240' "concat|" "concat-off|GGML_CUDA_CONCAT_SHORT=0"
 step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
 step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
 

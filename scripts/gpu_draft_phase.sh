@@ -9,11 +9,7 @@
 gpu_prepare
 
 gpu_tbo_build
-for v in "topk|" "sort|GGML_CUDA_TOP_K_SMALL=0"; do
-    IFS='|' read -r name vars <<< "$v"
-    gpu_tbo "$name" "$vars" test -o TOP_K
-    gpu_tbo "perf-$name" "$vars" perf -o TOP_K -p 248320
-done
+gpu_tbo_variants TOP_K 248320 "topk|" "sort|GGML_CUDA_TOP_K_SMALL=0"
 step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
 
 OFF="GGML_CUDA_TOP_K_SMALL=0 LLAMA_DFLASH_DEVICE_FEATURES=0"

@@ -70,6 +70,18 @@ gpu_tbo() {
         | tee -a "$RES/summary.txt"
 }
 
+# test-backend-ops eval of one op and perf of the cases PERF_FILTER picks, for each variant (a
+# patch on and off): gpu_tbo_variants OP PERF_FILTER "NAME|VAR=VALUE ..." ...; $RES/tbo-[perf-]NAME.log
+gpu_tbo_variants() {
+    local op=$1 filter=$2 v name vars
+    shift 2
+    for v in "$@"; do
+        IFS='|' read -r name vars <<< "$v"
+        gpu_tbo "$name" "$vars" test -o "$op"
+        gpu_tbo "perf-$name" "$vars" perf -o "$op" -p "$filter"
+    done
+}
+
 # llama-bench pp16 (40 repetitions) and the ncu window of a 16-token batch, in the environment
 # given: gpu_pp16 NAME [VAR=VALUE...]; the pp16 line and the window's top kernels in summary.txt
 gpu_pp16() {

@@ -17,14 +17,11 @@ NOQ6="GGML_CUDA_MMQ_SMALL=q4_K,q5_K"
 gpu_tbo q6k "" test -o MUL_MAT -p 'type_a=q6_K,'
 gpu_tbo q6k-mmq "$NOQ6" test -o MUL_MAT -p 'type_a=q6_K,'
 gpu_tbo q45k "" test -o MUL_MAT -p 'type_a=q[45]_K,'
-gpu_tbo argmax "" test -o ARGMAX
-gpu_tbo argmax-nosplit GGML_CUDA_ARGMAX_SPLIT=0 test -o ARGMAX
 gpu_tbo shared "" test -o MUL_MAT_SHARED_SRC1
 gpu_tbo shared-off GGML_CUDA_MMQS_SHARE=0 test -o MUL_MAT_SHARED_SRC1
 gpu_tbo perf-q6k "" perf -o MUL_MAT -p 'type_a=q6_K,type_b=f32,m=(5120|248320),n=16,'
 gpu_tbo perf-q6k-mmq "$NOQ6" perf -o MUL_MAT -p 'type_a=q6_K,type_b=f32,m=(5120|248320),n=16,'
-gpu_tbo perf-argmax "" perf -o ARGMAX -p 'ne=\[248320'
-gpu_tbo perf-argmax-nosplit GGML_CUDA_ARGMAX_SPLIT=0 perf -o ARGMAX -p 'ne=\[248320'
+gpu_tbo_variants ARGMAX 'ne=\[248320' "argmax|" "argmax-nosplit|GGML_CUDA_ARGMAX_SPLIT=0"
 
 gpu_pp16 noq6 "$NOQ6"
 gpu_pp16 all
