@@ -468,10 +468,10 @@ def test_spec_profile_accounts_for_every_step(llama_bin: Path, tiny_pair_f32: tu
     """Patch 0004: with LLAMA_SPEC_PROFILE=1 the server logs, when a task ends, the mean ms per
     speculative step of each phase, the number of steps, the target rows the accept phase
     sampled, and the steps whose verify built the target's graph instead of reusing it (a task's
-    first verify, after its prompt's graph; 0018 keeps the drafts of its last steps whole). The server's trace (LLAMA_TRACE=1) logs every verify step with its accepted drafts,
-    and a step samples those plus one row, so the counts must agree, for each of two tasks on one
-    server (the last step of a task ends inside the task); without the variable no profile is
-    logged."""
+    first verify, after its prompt's graph; 0018 keeps the drafts of its last steps whole). The
+    server's trace (LLAMA_TRACE=1) logs every verify step with its accepted drafts, and a step
+    samples those plus one row, so the counts must agree, for each of two tasks on one server
+    (the last step of a task ends inside the task); without the variable no profile is logged."""
     args = _dflash_args(tiny_pair_f32, "--spec-synth-len", "2.5")
     monkeypatch.setenv("LLAMA_TRACE", "1")
     for enabled in (False, True):
@@ -501,22 +501,27 @@ GRAPHS_REUSED = re.compile(r"graphs reused = +(\d+)")
 
 @slow
 def test_verify_graph_is_reused_to_the_end_of_the_budget(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
-                                                         tmp_path: Path) -> None:
-    """Patch 0018: a DFlash draft keeps its full length when fewer tokens
-    than that are left of the request's budget, so the verify batch keeps its shape and its graph
-    is reused to the end of the request instead of rebuilt for each shorter draft. At synthetic AL
-    1 a step adds one token: after the prompt, a request of N tokens runs N - 1 verify steps, and
-    only the prompt's graph and the first verify's are built (upstream's server shortens the last
-    16 drafts, one graph each)."""
+                                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patch 0018: a DFlash draft keeps its full length when fewer tokens than that are left of
+    the request's budget, so the verify batch keeps its shape and its graph is reused to the end
+    of the request instead of rebuilt for each shorter draft. At synthetic AL 1 a step adds one
+    token: after the prompt, a request of N tokens runs N - 1 verify steps, and only the prompt's
+    graph and the first verify's are built. LLAMA_SPEC_FULL_DRAFT=0 shortens the last drafts as
+    upstream's server does, one graph each."""
     n = 48
-    log = tmp_path / "reuse.log"
-    with llama_server(llama_bin, _dflash_args(tiny_pair_f32, "--spec-synth-len", "1"), log) as spec:
-        out = spec.complete(PROMPTS[0], n)
-    assert len(out["tokens"]) == n, "the budget still ends the request"
-    assert _spec_stats(out)[1] == 0, "synthetic AL 1 accepts no drafts"
-    reused = [int(m.group(1)) for m in GRAPHS_REUSED.finditer(log.read_text(errors="replace"))]
-    assert reused, "no graph statistics in the server log"
-    assert reused[-1] >= n - 3, f"the target's graph was reused {reused[-1]} times in {n - 1} verify steps"
+    reused: dict[str, int] = {}
+    for full in ("1", "0"):
+        monkeypatch.setenv("LLAMA_SPEC_FULL_DRAFT", full)
+        log = tmp_path / f"reuse-{full}.log"
+        with llama_server(llama_bin, _dflash_args(tiny_pair_f32, "--spec-synth-len", "1"), log) as spec:
+            out = spec.complete(PROMPTS[0], n)
+        assert len(out["tokens"]) == n, "the budget still ends the request"
+        assert _spec_stats(out)[1] == 0, "synthetic AL 1 accepts no drafts"
+        counts = [int(m.group(1)) for m in GRAPHS_REUSED.finditer(log.read_text(errors="replace"))]
+        assert counts, "no graph statistics in the server log"
+        reused[full] = counts[-1]
+    assert reused["1"] >= n - 3, f"the target's graph was reused {reused['1']} times in {n - 1} verify steps"
+    assert reused["0"] <= n - 12, f"shortened drafts: the graph was reused {reused['0']} times"
 
 
 def _check_profile(m: re.Match[str], verified: list[int]) -> None:
