@@ -19,8 +19,7 @@ for rep in 1 2; do
     for v in "${VARIANTS[@]}"; do
         IFS='|' read -r name vars extra <<< "$v"
         gpu_profile "$name-$rep" $vars -- --server-args "$extra"
-        step "bench-$name-$rep" 600 env $vars $BUUN bench "${BENCH[@]}" --server-args "$extra" \
-            --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-$name-$rep"
+        gpu_benches "$name-$rep|$vars|$extra"
     done
 done
 

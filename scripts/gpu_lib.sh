@@ -105,13 +105,14 @@ gpu_profile() {
     grep -H "spec profile" "$RES/profile-$name"/server-*.log > "$RES/profile-$name.txt"
 }
 
-# `buun bench` (AR and synthetic AL 1 / 7.67 / 8.31, 2 prompts x 512 tokens) of each variant:
-# gpu_benches "NAME|VAR=VALUE ..." ...; results in $RES/bench-NAME
+# `buun bench` (AR and synthetic AL 1 / 7.67 / 8.31, 2 prompts x 512 tokens) of each variant, with
+# extra llama-server flags where given: gpu_benches "NAME|VAR=VALUE ...[|SERVER_ARGS]" ...; results
+# in $RES/bench-NAME
 gpu_benches() {
-    local v name vars
+    local v name vars extra
     for v in "$@"; do
-        IFS='|' read -r name vars <<< "$v"
-        step "bench-$name" 600 env $vars $BUUN bench "${BENCH[@]}" \
+        IFS='|' read -r name vars extra <<< "$v"
+        step "bench-$name" 600 env $vars $BUUN bench "${BENCH[@]}" --server-args "$extra" \
             --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-$name"
     done
 }
