@@ -458,7 +458,8 @@ def test_device_features_draft_as_host_features(llama_bin: Path, tiny_pair_f32: 
 
 
 PROFILE_LINE = re.compile(r"spec profile: steps=(\d+) ms/step:((?: \w+=[\d.]+)+) total=([\d.]+) "
-                          r"rows/step=([\d.]+) accept/row=([\d.]+) rebuilt=(\d+) verify/rebuilt=([\d.]+)")
+                          r"rows/step=([\d.]+) accept/row=([\d.]+) rebuilt=(\d+) verify/rebuilt=([\d.]+) "
+                          r"verify/next=([\d.]+) verify/steady=([\d.]+)")
 VERIFY_LINE = re.compile(r"task (\d+) \| accepted +(\d+)/ *\d+ draft tokens")  # a verify step, with LLAMA_TRACE=1
 
 
@@ -468,7 +469,8 @@ def test_spec_profile_accounts_for_every_step(llama_bin: Path, tiny_pair_f32: tu
     """Patch 0004: with LLAMA_SPEC_PROFILE=1 the server logs, when a task ends, the mean ms per
     speculative step of each phase, the number of steps, the target rows the accept phase
     sampled, and the steps whose verify built the target's graph instead of reusing it (a task's
-    first verify, after its prompt's graph; 0018 keeps the drafts of its last steps whole). The
+    first verify, after its prompt's graph; 0018 keeps the drafts of its last steps whole), with
+    the verify time of those, of the steps right after them and of the rest. The
     server's trace (LLAMA_TRACE=1) logs every verify step with its accepted drafts, and a step
     samples those plus one row, so the counts must agree, for each of two tasks on one server
     (the last step of a task ends inside the task); without the variable no profile is logged."""
@@ -507,21 +509,30 @@ def test_verify_graph_is_reused_to_the_end_of_the_budget(llama_bin: Path, tiny_p
     of the request instead of rebuilt for each shorter draft. At synthetic AL 1 a step adds one
     token: after the prompt, a request of N tokens runs N - 1 verify steps, and only the prompt's
     graph and the first verify's are built. LLAMA_SPEC_FULL_DRAFT=0 shortens the last drafts as
-    upstream's server does, one graph each."""
+    upstream's server does, one graph each. The draft statistics are upstream's either way: the
+    positions past the budget are not counted, at AL 1 (nothing accepted) as when every drafted
+    token is accepted (synthetic AL 16, the whole draft of 15)."""
     n = 48
     reused: dict[str, int] = {}
-    for full in ("1", "0"):
-        monkeypatch.setenv("LLAMA_SPEC_FULL_DRAFT", full)
-        log = tmp_path / f"reuse-{full}.log"
-        with llama_server(llama_bin, _dflash_args(tiny_pair_f32, "--spec-synth-len", "1"), log) as spec:
-            out = spec.complete(PROMPTS[0], n)
-        assert len(out["tokens"]) == n, "the budget still ends the request"
-        assert _spec_stats(out)[1] == 0, "synthetic AL 1 accepts no drafts"
-        counts = [int(m.group(1)) for m in GRAPHS_REUSED.finditer(log.read_text(errors="replace"))]
-        assert counts, "no graph statistics in the server log"
-        reused[full] = counts[-1]
+    stats: dict[tuple[str, str], tuple[int, int]] = {}
+    for al in ("1", "16"):
+        for full in ("1", "0"):
+            monkeypatch.setenv("LLAMA_SPEC_FULL_DRAFT", full)
+            log = tmp_path / f"reuse-{al}-{full}.log"
+            with llama_server(llama_bin, _dflash_args(tiny_pair_f32, "--spec-synth-len", al), log) as spec:
+                out = spec.complete(PROMPTS[0], n)
+            assert len(out["tokens"]) == n, "the budget still ends the request"
+            stats[al, full] = _spec_stats(out)
+            if al == "1":
+                counts = [int(m.group(1)) for m in GRAPHS_REUSED.finditer(log.read_text(errors="replace"))]
+                assert counts, "no graph statistics in the server log"
+                reused[full] = counts[-1]
     assert reused["1"] >= n - 3, f"the target's graph was reused {reused['1']} times in {n - 1} verify steps"
     assert reused["0"] <= n - 12, f"shortened drafts: the graph was reused {reused['0']} times"
+    # AL 1: with R tokens left a draft shortened to the budget has min(15, R - 1) positions, R = 47..1
+    assert stats["1", "1"] == stats["1", "0"] == (15 * 31 + 15 * 16 // 2, 0)
+    # the whole draft accepted: 16 + 16 tokens, then 15 left, of which the last draft counts 14
+    assert stats["16", "1"] == stats["16", "0"] == (15 + 15 + 14, 15 + 15 + 14)
 
 
 def _check_profile(m: re.Match[str], verified: list[int]) -> None:
@@ -535,6 +546,10 @@ def _check_profile(m: re.Match[str], verified: list[int]) -> None:
     assert abs(rows_per_step * steps - sum(k + 1 for k in verified)) <= 0.005 * steps + 1e-6
     assert float(m.group(5)) == pytest.approx(phases["accept"] / rows_per_step, rel=0.02, abs=2e-3)
     assert int(m.group(6)) == 1 and float(m.group(7)) > 0, "only the first verify builds its graph"
+    # the verify time split three ways: the rebuilt first step, the one after it, the rest
+    rebuilt, after, steady = (float(m.group(i)) for i in (7, 8, 9))
+    assert steps >= 3 and after > 0 and steady > 0
+    assert rebuilt + after + steady * (steps - 2) == pytest.approx(phases["verify"] * steps, abs=0.002 * steps)
 
 
 def _top(result: dict) -> dict[int, float]:
