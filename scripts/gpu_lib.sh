@@ -35,9 +35,14 @@ CUDA_CMAKE+=" -DGGML_CUDA_FA_ALL_QUANTS=ON -DCMAKE_CUDA_ARCHITECTURES=90"
 
 # the machine's facts, then the pinned tree from the carried archive with the series applied;
 # exits on failure
+# GPU_EXTRA_DIFF: a diff applied to the patched tree, uncommitted (a diagnostic kept out of the
+# series, such as scripts/diagnostics/*.diff); buun-build.json records it as uncommitted
 gpu_vendor() {
     { nvidia-smi; nproc; free -g; python3 --version; nvcc --version | tail -1; } > "$RES/machine.txt" 2>&1
     step vendor 120 bash -c "$BUUN vendor --from-archive .carry/llama-src.tar.xz && $BUUN patch" || exit 1
+    if [ -n "${GPU_EXTRA_DIFF:-}" ]; then
+        step extra-diff 30 git -C vendor/llama.cpp apply "$(realpath "$GPU_EXTRA_DIFF")" || exit 1
+    fi
 }
 
 # vendor + patch, then the CUDA build with the product flags (sm_90) while the full-size
@@ -143,7 +148,7 @@ gpu_pack() {
         mkdir -p "$W/pack/$(basename "$d")"
         cp "$d"/*.json "$d"/*.png "$W/pack/$(basename "$d")/" 2>/dev/null
         for f in "$d"/server-*.log; do
-            grep -E "buffer size|rollback =|spec profile|graphs reused|eval time|draft acceptance" "$f" \
+            grep -E "buffer size|rollback =|spec profile|graphs reused|eval time|draft acceptance|cuda graph debug" "$f" \
                 > "$W/pack/$(basename "$d")/$(basename "$f")"
         done
     done

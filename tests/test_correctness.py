@@ -459,7 +459,7 @@ def test_device_features_draft_as_host_features(llama_bin: Path, tiny_pair_f32: 
 
 PROFILE_LINE = re.compile(r"spec profile: steps=(\d+) ms/step:((?: \w+=[\d.]+)+) total=([\d.]+) "
                           r"rows/step=([\d.]+) accept/row=([\d.]+) rebuilt=(\d+) verify/rebuilt=([\d.]+) "
-                          r"verify/next=([\d.]+) verify/steady=([\d.]+)")
+                          r"verify/next=([\d.]+) verify/steady=([\d.]+) draft_rebuilt=(\d+) inject_rebuilt=(\d+)")
 VERIFY_LINE = re.compile(r"task (\d+) \| accepted +(\d+)/ *\d+ draft tokens")  # a verify step, with LLAMA_TRACE=1
 
 
@@ -470,7 +470,8 @@ def test_spec_profile_accounts_for_every_step(llama_bin: Path, tiny_pair_f32: tu
     speculative step of each phase, the number of steps, the target rows the accept phase
     sampled, and the steps whose verify built the target's graph instead of reusing it (a task's
     first verify, after its prompt's graph; 0018 keeps the drafts of its last steps whole), with
-    the verify time of those, of the steps right after them and of the rest. The
+    the verify time of those, of the steps right after them and of the rest, and the steps whose
+    draft or feature injection reused none of the drafter's graphs. The
     server's trace (LLAMA_TRACE=1) logs every verify step with its accepted drafts, and a step
     samples those plus one row, so the counts must agree, for each of two tasks on one server
     (the last step of a task ends inside the task); without the variable no profile is logged."""
@@ -535,6 +536,31 @@ def test_verify_graph_is_reused_to_the_end_of_the_budget(llama_bin: Path, tiny_p
     assert stats["16", "1"] == stats["16", "0"] == (15 + 15 + 14, 15 + 15 + 14)
 
 
+@slow
+def test_kv_cells_crossing_256_keep_the_verify_graph(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
+                                                     tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patch 0019: n_kv, part of every graph's shape, is padded to 1024 cells, so a request that
+    grows its cache past 256 cells keeps verifying with the graph of its first verify (the
+    profile's `rebuilt` counts the verifies that built a graph). LLAMA_KV_PAD=256, upstream's
+    padding, rebuilds it at the crossing."""
+    monkeypatch.setenv("LLAMA_SPEC_PROFILE", "1")
+    n = 320  # 16 tokens a step (every draft accepted): the cache passes 256 cells mid-request
+    rebuilt: dict[str | None, int] = {}
+    for pad in (None, "256"):
+        if pad is None:
+            monkeypatch.delenv("LLAMA_KV_PAD", raising=False)
+        else:
+            monkeypatch.setenv("LLAMA_KV_PAD", pad)
+        log = tmp_path / f"pad-{pad}.log"
+        with llama_server(llama_bin, _dflash_args(tiny_pair_f32, "--spec-synth-len", "16"), log) as spec:
+            out = spec.complete(PROMPTS[0], n)
+        assert len(out["tokens"]) == n
+        profiles = list(PROFILE_LINE.finditer(log.read_text(errors="replace")))
+        assert len(profiles) == 1, "expected one profile line"
+        rebuilt[pad] = int(profiles[0].group(6))
+    assert rebuilt == {None: 1, "256": 2}
+
+
 def _check_profile(m: re.Match[str], verified: list[int]) -> None:
     """A profile line against the verify steps of its task (accepted drafts of each)."""
     steps, rows_per_step = int(m.group(1)), float(m.group(4))
@@ -550,6 +576,9 @@ def _check_profile(m: re.Match[str], verified: list[int]) -> None:
     rebuilt, after, steady = (float(m.group(i)) for i in (7, 8, 9))
     assert steps >= 3 and after > 0 and steady > 0
     assert rebuilt + after + steady * (steps - 2) == pytest.approx(phases["verify"] * steps, abs=0.002 * steps)
+    # the drafter's draft and feature-injection graphs take turns in its context, which keeps only the
+    # last graph it built for reuse: both phases build theirs anew in every step
+    assert int(m.group(10)) == steps and int(m.group(11)) == steps
 
 
 def _top(result: dict) -> dict[int, float]:
