@@ -296,6 +296,39 @@ def test_only_greedy_requests_take_the_argmax(llama_bin: Path, tiny_pair_f32: tu
             assert (chains[i].strip() == "logits -> logit-bias -> greedy") == greedy, (extra, chains[i])
 
 
+RESERVE_LINE = re.compile(r"sched_reserve: reserving")  # logged at -lv 4
+
+
+@slow
+def test_a_like_sampler_keeps_the_scheduler(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patch 0020: with backend sampling (-bs) each request registers its sampler chain with the
+    context, and upstream re-reserves the scheduler at every change: new compute buffers, every
+    graph rebuilt at new addresses (on CUDA, captured again). A chain like the one the scheduler was
+    reserved with keeps it. Three greedy requests then a sampled one: upstream (LLAMA_SAMPLER_RESERVE=1)
+    reserves for each of the four, the patch for the first and for the sampled chain only. The
+    greedy requests' tokens are the same either way."""
+    target, _ = tiny_pair_f32
+    sampled = {"temperature": 0.8, "top_k": 40}
+    reserves: dict[str, int] = {}
+    tokens: dict[str, list[list[int]]] = {}
+    for always in ("0", "1"):
+        monkeypatch.setenv("LLAMA_SAMPLER_RESERVE", always)
+        log = tmp_path / f"reserve-{always}.log"
+        with llama_server(llama_bin, _base(target, "-bs", "-lv", "4"), log) as s:
+            before = len(RESERVE_LINE.findall(log.read_text(errors="replace")))
+            tokens[always] = [s.complete(p, 8)["tokens"] for p in PROMPTS[:3]]
+            s.complete(PROMPTS[0], 8, **sampled)
+            deadline = time.monotonic() + 10  # the log is written by a thread of its own
+            while len(RESERVE_LINE.findall(log.read_text(errors="replace"))) - before < 2:
+                assert time.monotonic() < deadline, "no scheduler reserve logged"
+                time.sleep(0.05)
+            time.sleep(0.5)
+            reserves[always] = len(RESERVE_LINE.findall(log.read_text(errors="replace"))) - before
+    assert reserves == {"0": 2, "1": 4}
+    assert tokens["0"] == tokens["1"]
+
+
 def _continuation(server: Server, committed: list[int], cached: bool) -> dict:
     """The next-token distribution after `committed`: on the server's cached state, or from scratch."""
     out = server.complete(committed, 1, cache_prompt=cached, n_probs=TOP_K)

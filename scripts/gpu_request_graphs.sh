@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Patches 0020 (a like sampler keeps the scheduler) and 0021 (CUDA graphs keyed by shape) on one
+# GPU: a request's first verify should replay the CUDA graph of the previous request's instead of
+# running without one and capturing it again. The build carries
+# scripts/diagnostics/cuda-graph-debug.diff (outside the series): with GGML_CUDA_GRAPH_DEBUG=1 it
+# logs at warning level every graph whose node properties changed (the first node that did, and
+# what in it) and every capture, per backend context (target and drafter). The correctness
+# harness on CUDA, llama-bench, the profile with the log (graph-debug.txt: events by count), then
+# the per-phase profile and `buun bench` of the series (all) and of the series with both patches
+# switched off (LLAMA_SAMPLER_RESERVE=1 GGML_CUDA_GRAPH_SHAPE_KEY=0), interleaved, twice. ~16 min.
+# Start it detached and poll (see scripts/gpu_session.sh); results in /tmp/buun-gpu/results.
+# As gpu_graph_debug.sh (commit 45681ae) it ran with the log at info level, which the server's
+# default verbosity dropped, and benched n_kv paddings of 1024, 4096 and 256.
+export GPU_EXTRA_DIFF=scripts/diagnostics/cuda-graph-debug.diff
+. "$(dirname "$0")/gpu_lib.sh"
+gpu_prepare
+
+step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
+step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
+
+gpu_profile debug GGML_CUDA_GRAPH_DEBUG=1
+grep -h "cuda graph debug" "$RES"/profile-debug/server-*.log | sed "s/^[0-9.]* [A-Z] //" | sort | uniq -c | sort -rn > "$RES/graph-debug.txt"
+
+VARIANTS=("all|" "off|LLAMA_SAMPLER_RESERVE=1 GGML_CUDA_GRAPH_SHAPE_KEY=0")
+for rep in 1 2; do
+    for v in "${VARIANTS[@]}"; do
+        IFS='|' read -r name vars <<< "$v"
+        gpu_profile "$name-$rep" $vars
+        gpu_benches "$name-$rep|$vars"
+    done
+done
+
+gpu_pack
+log "done in $SECONDS s"
