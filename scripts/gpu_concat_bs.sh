@@ -15,13 +15,7 @@ step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
 step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
 
 VARIANTS=("all||" "bs||-bs" "noconcat|GGML_CUDA_CONCAT_SHORT=0|" "noq6|GGML_CUDA_MMQ_SMALL=q4_K,q5_K|")
-for rep in 1 2; do
-    for v in "${VARIANTS[@]}"; do
-        IFS='|' read -r name vars extra <<< "$v"
-        gpu_profile "$name-$rep" $vars -- --server-args "$extra"
-        gpu_benches "$name-$rep|$vars|$extra"
-    done
-done
+gpu_variants "${VARIANTS[@]}"
 
 gpu_pack
 log "done in $SECONDS s"

@@ -13,13 +13,7 @@ step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
 step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
 
 VARIANTS=("all|" "shortened|LLAMA_SPEC_FULL_DRAFT=0")
-for rep in 1 2; do
-    for v in "${VARIANTS[@]}"; do
-        IFS='|' read -r name vars <<< "$v"
-        gpu_profile "$name-$rep" $vars
-        gpu_benches "$name-$rep|$vars"
-    done
-done
+gpu_variants "${VARIANTS[@]}"
 
 gpu_pack
 log "done in $SECONDS s"

@@ -122,6 +122,19 @@ gpu_benches() {
     done
 }
 
+# the per-phase profile and `buun bench` of each variant, the variants interleaved, twice:
+# gpu_variants "NAME|VAR=VALUE ...[|SERVER_ARGS]" ...; results in $RES/profile-NAME-1, bench-NAME-1, ...
+gpu_variants() {
+    local rep v name vars extra
+    for rep in 1 2; do
+        for v in "$@"; do
+            IFS='|' read -r name vars extra <<< "$v"
+            gpu_profile "$name-$rep" $vars -- --server-args "$extra"
+            gpu_benches "$name-$rep|$vars|$extra"
+        done
+    done
+}
+
 # per-kernel GPU times (ncu, warm caches, unlocked clocks) over a window of 1400 kernels of
 # llama-bench, summed per kernel: gpu_ncu_window NAME LLAMA_BENCH_ARGS...; $RES/ncu-NAME.txt
 gpu_ncu_window() {

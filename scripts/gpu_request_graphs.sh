@@ -22,13 +22,7 @@ gpu_profile debug GGML_CUDA_GRAPH_DEBUG=1
 grep -h "cuda graph debug" "$RES"/profile-debug/server-*.log | sed "s/^[0-9.]* [A-Z] //" | sort | uniq -c | sort -rn > "$RES/graph-debug.txt"
 
 VARIANTS=("all|" "off|LLAMA_SAMPLER_RESERVE=1 GGML_CUDA_GRAPH_SHAPE_KEY=0")
-for rep in 1 2; do
-    for v in "${VARIANTS[@]}"; do
-        IFS='|' read -r name vars <<< "$v"
-        gpu_profile "$name-$rep" $vars
-        gpu_benches "$name-$rep|$vars"
-    done
-done
+gpu_variants "${VARIANTS[@]}"
 
 gpu_pack
 log "done in $SECONDS s"
