@@ -281,6 +281,15 @@ GREEDY_CASES = [
 CHAIN_LINE = re.compile(r"sampler chain: (.*)")  # logged at -lv 4 when a task starts
 
 
+def _logged(log: Path, pattern: re.Pattern[str], n: int) -> str:
+    """The server's log once `pattern` matches in it n times: the log is written by a thread of its own."""
+    deadline = time.monotonic() + 10
+    while len(pattern.findall(text := log.read_text(errors="replace"))) < n:
+        assert time.monotonic() < deadline, f"{pattern.pattern!r} logged fewer than {n} times"
+        time.sleep(0.05)
+    return text
+
+
 @slow
 def test_only_greedy_requests_take_the_argmax(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
                                               tmp_path: Path) -> None:
@@ -289,10 +298,7 @@ def test_only_greedy_requests_take_the_argmax(llama_bin: Path, tiny_pair_f32: tu
     with llama_server(llama_bin, _base(target, "-lv", "4"), log) as s:
         for i, (extra, greedy) in enumerate(GREEDY_CASES):
             s.complete(PROMPTS[0], 1, **extra)
-            deadline = time.monotonic() + 10  # the log is written by a thread of its own
-            while len(chains := CHAIN_LINE.findall(log.read_text(errors="replace"))) <= i:
-                assert time.monotonic() < deadline, "no sampler chain logged"
-                time.sleep(0.05)
+            chains = CHAIN_LINE.findall(_logged(log, CHAIN_LINE, i + 1))
             assert (chains[i].strip() == "logits -> logit-bias -> greedy") == greedy, (extra, chains[i])
 
 
@@ -319,12 +325,8 @@ def test_a_like_sampler_keeps_the_scheduler(llama_bin: Path, tiny_pair_f32: tupl
             before = len(RESERVE_LINE.findall(log.read_text(errors="replace")))
             tokens[always] = [s.complete(p, 8)["tokens"] for p in PROMPTS[:3]]
             s.complete(PROMPTS[0], 8, **sampled)
-            deadline = time.monotonic() + 10  # the log is written by a thread of its own
-            while len(RESERVE_LINE.findall(log.read_text(errors="replace"))) - before < 2:
-                assert time.monotonic() < deadline, "no scheduler reserve logged"
-                time.sleep(0.05)
-            time.sleep(0.5)
-            reserves[always] = len(RESERVE_LINE.findall(log.read_text(errors="replace"))) - before
+            # a task's timings are logged after its decodes, so after any reserve they made
+            reserves[always] = len(RESERVE_LINE.findall(_logged(log, GRAPHS_REUSED, 4))) - before
     assert reserves == {"0": 2, "1": 4}
     assert tokens["0"] == tokens["1"]
 
