@@ -7,7 +7,8 @@
 # what in it) and every capture, per backend context (target and drafter). The correctness
 # harness on CUDA, llama-bench, the profile with the log (graph-debug.txt: events by count), then
 # the per-phase profile and `buun bench` of the series (all) and of the series with both patches
-# switched off (LLAMA_SAMPLER_RESERVE=1 GGML_CUDA_GRAPH_SHAPE_KEY=0), interleaved, twice. ~16 min.
+# switched off (LLAMA_SAMPLER_RESERVE=1 GGML_CUDA_GRAPH_SHAPE_KEY=0) and of 0020 alone, interleaved,
+# twice. ~18 min.
 # Start it detached and poll (see scripts/gpu_session.sh); results in /tmp/buun-gpu/results.
 # As gpu_graph_debug.sh (commit 45681ae) it ran with the log at info level, which the server's
 # default verbosity dropped, and benched n_kv paddings of 1024, 4096 and 256.
@@ -21,7 +22,8 @@ step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 12
 gpu_profile debug GGML_CUDA_GRAPH_DEBUG=1
 grep -h "cuda graph debug" "$RES"/profile-debug/server-*.log | sed "s/^[0-9.]* [A-Z] //" | sort | uniq -c | sort -rn > "$RES/graph-debug.txt"
 
-VARIANTS=("all|" "off|LLAMA_SAMPLER_RESERVE=1 GGML_CUDA_GRAPH_SHAPE_KEY=0")
+# 0020 alone (nokey) tells whether the shape key still earns its place once addresses are stable
+VARIANTS=("all|" "nokey|GGML_CUDA_GRAPH_SHAPE_KEY=0" "off|LLAMA_SAMPLER_RESERVE=1 GGML_CUDA_GRAPH_SHAPE_KEY=0")
 gpu_variants "${VARIANTS[@]}"
 
 gpu_pack
