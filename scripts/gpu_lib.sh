@@ -5,7 +5,7 @@
 set -u -o pipefail
 R=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 W=${W:-/tmp/buun-gpu}
-RES=$W/results
+RES=${RES:-$W/results}  # a run that may be cut short writes into the folder that comes back
 mkdir -p "$RES" "$W"
 cd "$R"
 

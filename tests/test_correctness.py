@@ -596,6 +596,32 @@ def test_kv_cells_crossing_256_keep_the_verify_graph(llama_bin: Path, tiny_pair_
     assert rebuilt == {None: 1, "256": 2}
 
 
+@slow
+def test_drafter_keeps_both_graphs(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patch 0022: the drafter's context alternates two graphs every step, the injection of the
+    verify batch's features (no outputs) and the draft (outputs); its small batches without
+    outputs run on a second scheduler, so both graphs are reused from step to step. The profile
+    counts the steps whose draft or injection built its graph: in the first task one each (the
+    first step's), in the next none for the draft and one for the injection (the task's prompt
+    went through the same scheduler). LLAMA_DFLASH_SCHED_ALT=0, one scheduler as upstream,
+    builds both in every step. The tokens are the same either way."""
+    monkeypatch.setenv("LLAMA_SPEC_PROFILE", "1")
+    runs = {}
+    for alt in ("1", "0"):
+        monkeypatch.setenv("LLAMA_DFLASH_SCHED_ALT", alt)
+        log = tmp_path / f"sched-alt-{alt}.log"
+        with llama_server(llama_bin, _dflash_args(tiny_pair_f32, "--spec-synth-len", "2.5"), log) as spec:
+            tokens = [spec.complete(prompt, N_GEN)["tokens"] for prompt in PROMPTS[:2]]
+        profiles = list(PROFILE_LINE.finditer(log.read_text(errors="replace")))
+        assert len(profiles) == 2, "expected one profile line per task"
+        runs[alt] = tokens, [(int(m.group(1)), int(m.group(10)), int(m.group(11))) for m in profiles]
+    (first, second) = runs["1"][1]
+    assert first[1:] == (1, 1) and second[1:] == (0, 1), f"(steps, draft, inject) rebuilt per task: {runs['1'][1]}"
+    assert all(draft == inject == steps for steps, draft, inject in runs["0"][1]), runs["0"][1]
+    assert runs["1"][0] == runs["0"][0], "the tokens differ with the second scheduler"
+
+
 def _check_profile(m: re.Match[str], verified: list[int]) -> None:
     """A profile line against the verify steps of its task (accepted drafts of each)."""
     steps, rows_per_step = int(m.group(1)), float(m.group(4))
@@ -611,9 +637,7 @@ def _check_profile(m: re.Match[str], verified: list[int]) -> None:
     rebuilt, after, steady = (float(m.group(i)) for i in (7, 8, 9))
     assert steps >= 3 and after > 0 and steady > 0
     assert rebuilt + after + steady * (steps - 2) == pytest.approx(phases["verify"] * steps, abs=0.002 * steps)
-    # the drafter's draft and feature-injection graphs take turns in its context, which keeps only the
-    # last graph it built for reuse: both phases build theirs anew in every step
-    assert int(m.group(10)) == steps and int(m.group(11)) == steps
+    assert 0 <= int(m.group(10)) <= steps and 0 <= int(m.group(11)) <= steps
 
 
 def _top(result: dict) -> dict[int, float]:
