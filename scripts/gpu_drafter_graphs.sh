@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Patch 0022 (the drafter's second scheduler) on one GPU, in the little device time a session had
-# left: the build, llama-bench (AR), then the per-phase profile (AL 1 and 8.31) of the series (all)
-# and of the series with one scheduler in the drafter (LLAMA_DFLASH_SCHED_ALT=0), interleaved,
-# twice. ~9 min. Set RES to a folder the device run returns ($OUT/results), since the run may be
-# cut short; start it detached and poll (see scripts/gpu_session.sh).
+# left: the lean build (gpu_prepare_lean), llama-bench (AR), then the per-phase profile (AL 1 and
+# 8.31) of the series (all) and of the series with one scheduler in the drafter
+# (LLAMA_DFLASH_SCHED_ALT=0), interleaved, twice. ~7 min. Start it detached and poll, packing
+# $RES into the folder the device run returns after each step, since the run may be cut short
+# (see scripts/gpu_session.sh).
 . "$(dirname "$0")/gpu_lib.sh"
-gpu_prepare
+gpu_prepare_lean
 
 step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
 for rep in 1 2; do

@@ -57,6 +57,21 @@ gpu_prepare() {
     TARGET=$(ls "$BUUN_MODELS_DIR"/synthetic/synth-*-full-q4_k_m.gguf)
 }
 
+# gpu_prepare for a session with little device time left: llama-server and llama-bench only, and
+# without GGML_CUDA_FA_ALL_QUANTS (its kernels serve quantized KV caches; the benches' is f16, so
+# they run the same kernels); buun's stages find them through BUUN_LLAMA_BIN_DIR
+gpu_prepare_lean() {
+    gpu_vendor
+    step build 900 bash -c "cmake -S vendor/llama.cpp -B vendor/build/cuda $CUDA_CMAKE -DGGML_CUDA_FA_ALL_QUANTS=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF > /dev/null \
+        && cmake --build vendor/build/cuda -j 16 --target llama-server llama-bench" &
+    local build_pid=$!
+    step synth 600 $BUUN synth --scale full --target-type q4_k_m --draft-type q4_k
+    wait $build_pid || { log "build failed"; exit 1; }
+    export BUUN_LLAMA_BIN_DIR=$BIN
+    TARGET=$(ls "$BUUN_MODELS_DIR"/synthetic/synth-*-full-q4_k_m.gguf)
+}
+
 BENCH=(--scale full --suite code --mode raw)  # `buun bench` on the synthetic pair, the code prompts
 
 # test-backend-ops added to the CUDA build of gpu_prepare (only the tests' objects compile)
