@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The performance issue's targets with the whole series on one GPU (an H200, as the issue's own
 # figures, or an H100): the product build, the correctness harness on CUDA, llama-bench, then the
-# per-phase profile and `buun bench` of the series (all) and of the series with one scheduler in
-# the drafter (LLAMA_DFLASH_SCHED_ALT=0, patch 0022 off), interleaved, twice. ~16 min. Start it
+# per-phase profile and `buun bench` of the series (all), of the series with sampling once per row
+# (LLAMA_SAMPLER_ROWS=0, patch 0023 off) and with one scheduler in the drafter as well
+# (LLAMA_DFLASH_SCHED_ALT=0, 0022 off), interleaved, twice. ~19 min. Start it
 # detached and poll, packing $RES into one archive in the folder the device run returns after
 # each poll (it returns only a few files), as docs/benchmarks.md shows.
 . "$(dirname "$0")/gpu_lib.sh"
@@ -10,7 +11,7 @@ gpu_prepare
 
 step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
 step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
-gpu_variants "all|" "onesched|LLAMA_DFLASH_SCHED_ALT=0"
+gpu_variants "all|" "rows0|LLAMA_SAMPLER_ROWS=0" "rows0-onesched|LLAMA_SAMPLER_ROWS=0 LLAMA_DFLASH_SCHED_ALT=0"
 
 gpu_pack
 log "done in $SECONDS s"

@@ -622,6 +622,36 @@ def test_drafter_keeps_both_graphs(llama_bin: Path, tiny_pair_f32: tuple[Path, P
     assert runs["1"][0] == runs["0"][0], "the tokens differ with the second scheduler"
 
 
+GRAPH_NODES = re.compile(r"sched_reserve: graph(?: \(pp bs=\d+, tg bs=\d+\))?: nodes = (\d+)")
+
+
+@slow
+def test_sampling_runs_once_over_a_sequences_rows(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patch 0023: with backend sampling (-bs) a sampler chain that works row by row (the greedy
+    request's argmax, the draft's top-k) runs once over a sequence's consecutive rows instead of
+    once per row, so the graphs of the verify and of the draft, reserved once their samplers are
+    set, have fewer nodes; the sampled tokens of a row are copied to the host with its
+    neighbours'. The draft's candidates of every step (token and probability) and the generated
+    tokens must be those of the per-row graphs (LLAMA_SAMPLER_ROWS=0, upstream's)."""
+    args = _dflash_args(tiny_pair_f32, "--spec-synth-len", "2.5", "-bs", "-v")
+    runs = {}
+    for rows in ("1", "0"):
+        monkeypatch.setenv("LLAMA_SAMPLER_ROWS", rows)
+        log = tmp_path / f"rows-{rows}.log"
+        with llama_server(llama_bin, args, log) as spec:
+            tokens = [spec.complete(prompt, N_GEN // 2)["tokens"] for prompt in PROMPTS[:2]]
+        text = log.read_text(errors="replace")
+        runs[rows] = tokens, DRAFT_LINE.findall(text), [int(n) for n in GRAPH_NODES.findall(text)]
+    (tokens, candidates, nodes), (tokens_0, candidates_0, nodes_0) = runs["1"], runs["0"]
+    assert len(candidates) >= 3 * N_GEN, f"only {len(candidates)} draft candidates logged"
+    assert candidates == candidates_0, "the draft's candidates differ when its top-k runs once over the rows"
+    assert tokens == tokens_0, "the tokens differ when sampling runs once over the rows"
+    # the reserves match but for the last two: the drafter's and the target's with their samplers set
+    assert len(nodes) == len(nodes_0) >= 4 and nodes[:-2] == nodes_0[:-2], (nodes, nodes_0)
+    assert nodes[-2] < nodes_0[-2] and nodes[-1] < nodes_0[-1], (nodes, nodes_0)
+
+
 def _check_profile(m: re.Match[str], verified: list[int]) -> None:
     """A profile line against the verify steps of its task (accepted drafts of each)."""
     steps, rows_per_step = int(m.group(1)), float(m.group(4))
