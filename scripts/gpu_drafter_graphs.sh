@@ -2,9 +2,8 @@
 # Patch 0022 (the drafter's second scheduler) on one GPU, in the little device time a session had
 # left: the lean build (gpu_prepare_lean), llama-bench (AR), then the per-phase profile (AL 1 and
 # 8.31) of the series (all) and of the series with one scheduler in the drafter
-# (LLAMA_DFLASH_SCHED_ALT=0), interleaved, twice. ~7 min. Start it detached and poll, packing
-# $RES into the folder the device run returns after each step, since the run may be cut short
-# (see scripts/gpu_session.sh).
+# (LLAMA_DFLASH_SCHED_ALT=0), interleaved, twice. ~7 min. Start it detached and poll, packing the
+# results into one archive at every poll, since the run may be cut short (docs/benchmarks.md).
 . "$(dirname "$0")/gpu_lib.sh"
 gpu_prepare_lean
 

@@ -5,7 +5,7 @@
 set -u -o pipefail
 R=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 W=${W:-/tmp/buun-gpu}
-RES=${RES:-$W/results}  # a run that may be cut short writes into the folder that comes back
+RES=$W/results
 mkdir -p "$RES" "$W"
 cd "$R"
 

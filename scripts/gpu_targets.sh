@@ -3,9 +3,9 @@
 # figures, or an H100): the product build, the correctness harness on CUDA, llama-bench, then the
 # per-phase profile and `buun bench` of the series (all), of the series with sampling once per row
 # (LLAMA_SAMPLER_ROWS=0, patch 0023 off) and with one scheduler in the drafter as well
-# (LLAMA_DFLASH_SCHED_ALT=0, 0022 off), interleaved, twice. ~19 min. Start it
-# detached and poll, packing $RES into one archive in the folder the device run returns after
-# each poll (it returns only a few files), as docs/benchmarks.md shows.
+# (LLAMA_DFLASH_SCHED_ALT=0, 0022 off), interleaved, twice. ~19 min. Start it detached and poll,
+# packing the results into one archive at every poll (the device returns only a few files), as
+# docs/benchmarks.md shows.
 . "$(dirname "$0")/gpu_lib.sh"
 gpu_prepare
 

@@ -631,8 +631,9 @@ def test_sampling_runs_once_over_a_sequences_rows(llama_bin: Path, tiny_pair_f32
     """Patch 0023: with backend sampling (-bs) a sampler chain that works row by row (the greedy
     request's argmax, the draft's top-k) runs once over a sequence's consecutive rows instead of
     once per row, so the graphs of the verify and of the draft, reserved once their samplers are
-    set, have fewer nodes; a result's rows come back to the host in one strided copy. The draft's candidates of every step (token and probability) and the generated
-    tokens must be those of the per-row graphs (LLAMA_SAMPLER_ROWS=0, upstream's)."""
+    set, have fewer nodes; a result's rows come back to the host in one strided copy. The draft's
+    candidates of every step (token and probability) and the generated tokens must be those of
+    the per-row graphs (LLAMA_SAMPLER_ROWS=0, upstream's)."""
     args = _dflash_args(tiny_pair_f32, "--spec-synth-len", "2.5", "-bs", "-v")
     runs = {}
     for rows in ("1", "0"):
