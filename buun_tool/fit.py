@@ -231,11 +231,12 @@ def _target_compute(t: synth.TargetGeometry, f: FitFlags) -> int:
 
 def _drafter_compute(t: synth.TargetGeometry, d: synth.DrafterGeometry, f: FitFlags) -> int:
     """The drafter's graph holds logits and a hidden row for a whole ubatch, ub x (vocab + hidden)
-    f32, and is reserved again with the on-device top-k sampler, which doubles it (CPU build:
-    123.45 MiB full scale, 122.26 MiB tiny, at -ub 64)."""
+    f32. It is reserved again with the on-device top-k sampler, which runs once over the rows
+    (patch 0023) and adds little; run once per row, as upstream, it doubled the buffer (CPU build:
+    123.45 MiB full scale, 122.26 MiB tiny, at -ub 64, before 0023)."""
     if not f.spec:
         return 0
-    return 2 * min(f.ubatch, f.batch) * (t.vocab_size + d.hidden_size) * 4
+    return min(f.ubatch, f.batch) * (t.vocab_size + d.hidden_size) * 4
 
 
 # --- prediction ------------------------------------------------------------------------------
