@@ -45,31 +45,33 @@ gpu_vendor() {
     fi
 }
 
-# vendor + patch, then the CUDA build with the product flags (sm_90) while the full-size
-# synthetic pair is written; exits on failure
-gpu_prepare() {
+# vendor + patch, then a build (gpu_build_synth LIMIT_S CMD...) while the full-size synthetic pair
+# is written; exits on failure (the build's own log, where it keeps one, goes to $RES)
+gpu_build_synth() {
+    local limit=$1
+    shift
     gpu_vendor
-    step build 1500 $BUUN build --cuda --cuda-arch 90 --jobs 16 &
+    step build "$limit" "$@" &
     local build_pid=$!
     step synth 600 $BUUN synth --scale full --target-type q4_k_m --draft-type q4_k
-    wait $build_pid || { log "build failed"; cp vendor/build/cuda/build.log "$RES/build-full.log"; exit 1; }
-    cp vendor/build/cuda/buun-build.json "$RES/"
+    wait $build_pid || { log "build failed"; cp vendor/build/cuda/build.log "$RES/build-full.log" 2>/dev/null; exit 1; }
     TARGET=$(ls "$BUUN_MODELS_DIR"/synthetic/synth-*-full-q4_k_m.gguf)
+}
+
+# the CUDA build with the product flags (sm_90)
+gpu_prepare() {
+    gpu_build_synth 1500 $BUUN build --cuda --cuda-arch 90 --jobs 16
+    cp vendor/build/cuda/buun-build.json "$RES/"
 }
 
 # gpu_prepare for a session with little device time left: llama-server and llama-bench only, and
 # without GGML_CUDA_FA_ALL_QUANTS (its kernels serve quantized KV caches; the benches' is f16, so
 # they run the same kernels); buun's stages find them through BUUN_LLAMA_BIN_DIR
 gpu_prepare_lean() {
-    gpu_vendor
-    step build 900 bash -c "cmake -S vendor/llama.cpp -B vendor/build/cuda $CUDA_CMAKE -DGGML_CUDA_FA_ALL_QUANTS=OFF \
+    gpu_build_synth 900 bash -c "cmake -S vendor/llama.cpp -B vendor/build/cuda $CUDA_CMAKE -DGGML_CUDA_FA_ALL_QUANTS=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF > /dev/null \
-        && cmake --build vendor/build/cuda -j 16 --target llama-server llama-bench" &
-    local build_pid=$!
-    step synth 600 $BUUN synth --scale full --target-type q4_k_m --draft-type q4_k
-    wait $build_pid || { log "build failed"; exit 1; }
+        && cmake --build vendor/build/cuda -j 16 --target llama-server llama-bench"
     export BUUN_LLAMA_BIN_DIR=$BIN
-    TARGET=$(ls "$BUUN_MODELS_DIR"/synthetic/synth-*-full-q4_k_m.gguf)
 }
 
 BENCH=(--scale full --suite code --mode raw)  # `buun bench` on the synthetic pair, the code prompts
