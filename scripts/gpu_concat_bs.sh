@@ -12,7 +12,7 @@ gpu_prepare
 gpu_tbo_build
 gpu_tbo_variants CONCAT 'ne_a=\[3,10240' "concat|" "concat-off|GGML_CUDA_CONCAT_SHORT=0"
 step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
-step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
+gpu_ar_bench
 
 VARIANTS=("all||" "bs||-bs" "noconcat|GGML_CUDA_CONCAT_SHORT=0|" "noq6|GGML_CUDA_MMQ_SMALL=q4_K,q5_K|")
 gpu_variants "${VARIANTS[@]}"

@@ -6,7 +6,7 @@
 . "$(dirname "$0")/gpu_lib.sh"
 gpu_prepare
 
-step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
+gpu_ar_bench
 gpu_profile small
 gpu_ncu_server step-al1 "$RES/profile-small/server-dflash-al1.log"
 gpu_profile mmq GGML_CUDA_MMQ_SMALL=0

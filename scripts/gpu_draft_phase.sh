@@ -10,7 +10,7 @@ gpu_prepare
 
 gpu_tbo_build
 gpu_tbo_variants TOP_K 248320 "topk|" "sort|GGML_CUDA_TOP_K_SMALL=0"
-step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
+gpu_ar_bench
 
 OFF="GGML_CUDA_TOP_K_SMALL=0 LLAMA_DFLASH_DEVICE_FEATURES=0"
 gpu_profile new

@@ -7,9 +7,6 @@
 . "$(dirname "$0")/gpu_lib.sh"
 gpu_prepare_lean
 
-step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
-for rep in 1 2; do
-    gpu_profile "all-$rep"
-    gpu_profile "onesched-$rep" LLAMA_DFLASH_SCHED_ALT=0
-done
+gpu_ar_bench
+gpu_variants --no-bench "all|" "onesched|LLAMA_DFLASH_SCHED_ALT=0"
 log "done in $SECONDS s"

@@ -10,7 +10,7 @@
 gpu_prepare
 
 step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
-step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
+gpu_ar_bench
 
 VARIANTS=("all|" "shortened|LLAMA_SPEC_FULL_DRAFT=0")
 gpu_variants "${VARIANTS[@]}"

@@ -140,17 +140,29 @@ gpu_benches() {
     done
 }
 
-# the per-phase profile and `buun bench` of each variant, the variants interleaved, twice:
-# gpu_variants "NAME|VAR=VALUE ...[|SERVER_ARGS]" ...; results in $RES/profile-NAME-1, bench-NAME-1, ...
+# the per-phase profile and `buun bench` of each variant (only the profile with --no-bench), the
+# variants interleaved, twice: gpu_variants [--no-bench] "NAME|VAR=VALUE ...[|SERVER_ARGS]" ...;
+# results in $RES/profile-NAME-1, bench-NAME-1, ...
 gpu_variants() {
-    local rep v name vars extra
+    local rep v name vars extra bench=1
+    if [ "$1" = --no-bench ]; then
+        bench=0
+        shift
+    fi
     for rep in 1 2; do
         for v in "$@"; do
             IFS='|' read -r name vars extra <<< "$v"
             gpu_profile "$name-$rep" $vars -- --server-args "$extra"
-            gpu_benches "$name-$rep|$vars|$extra"
+            if [ $bench = 1 ]; then
+                gpu_benches "$name-$rep|$vars|$extra"
+            fi
         done
     done
+}
+
+# the AR anchor of a run: llama-bench's tg128 of the target ($RES/llama-bench-ar.log)
+gpu_ar_bench() {
+    step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
 }
 
 # per-kernel GPU times (ncu, warm caches, unlocked clocks) over a window of 1400 kernels of

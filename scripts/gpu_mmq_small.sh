@@ -15,7 +15,7 @@ for v in "${VARIANTS[@]}"; do
     gpu_tbo "$name" "$vars" test -o MUL_MAT -p 'type_a=q4_K,'
     gpu_pp16 "$name" $vars
 done
-step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
+gpu_ar_bench
 
 gpu_profile mmq GGML_CUDA_MMQ_SMALL=0
 gpu_profile snapshot-mmq GGML_CUDA_MMQ_SMALL=0 LLAMA_RS_ROLLBACK=snapshot

@@ -14,7 +14,7 @@ for v in "${VARIANTS[@]}"; do
     IFS='|' read -r name vars <<< "$v"
     gpu_tbo "perf-$name" "$vars" perf -o MUL_MAT -p "$SHAPES"
 done
-step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
+gpu_ar_bench
 for v in "${VARIANTS[@]}"; do
     IFS='|' read -r name vars <<< "$v"
     gpu_profile "$name" $vars

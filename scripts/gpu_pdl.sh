@@ -8,11 +8,8 @@
 . "$(dirname "$0")/gpu_lib.sh"
 gpu_prepare_lean llama-speculative-simple
 
-step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
-for rep in 1 2; do
-    gpu_profile "all-$rep"
-    gpu_profile "nopdl-$rep" GGML_CUDA_PDL_SERIES=0
-done
+gpu_ar_bench
+gpu_variants --no-bench "all|" "nopdl|GGML_CUDA_PDL_SERIES=0"
 step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
 gpu_benches "all-1|"
 log "done in $SECONDS s"

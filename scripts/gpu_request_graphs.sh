@@ -17,7 +17,7 @@ export GPU_EXTRA_DIFF=scripts/diagnostics/cuda-graph-debug.diff
 gpu_prepare
 
 step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
-step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
+gpu_ar_bench
 
 gpu_profile debug GGML_CUDA_GRAPH_DEBUG=1
 grep -h "cuda graph debug" "$RES"/profile-debug/server-*.log | sed "s/^[0-9.]* [A-Z] //" | sort | uniq -c | sort -rn > "$RES/graph-debug.txt"

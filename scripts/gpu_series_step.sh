@@ -15,7 +15,7 @@ gpu_tbo q5k-mmq GGML_CUDA_MMQ_SMALL=q4_K test -o MUL_MAT -p 'type_a=q5_K,'
 gpu_tbo q4k "" test -o MUL_MAT -p 'type_a=q4_K,'
 gpu_pp16 q4only GGML_CUDA_MMQ_SMALL=q4_K
 gpu_pp16 all
-step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
+gpu_ar_bench
 
 OFF="GGML_CUDA_MMQ_SMALL=q4_K GGML_CUDA_TOP_K_SMALL=0 LLAMA_DFLASH_DEVICE_FEATURES=0"
 gpu_profile all

@@ -25,7 +25,7 @@ gpu_tbo_variants ARGMAX 'ne=\[248320' "argmax|" "argmax-nosplit|GGML_CUDA_ARGMAX
 
 gpu_pp16 noq6 "$NOQ6"
 gpu_pp16 all
-step llama-bench-ar 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -p 1 -n 128 -r 5
+gpu_ar_bench
 gpu_ncu_window ar -p 0 -n 8 -r 1
 
 OFF="$NOQ6 GGML_CUDA_MMQS_SHARE=0"
