@@ -26,9 +26,10 @@ from buun_tool import console, paths, vendor
 from buun_tool.errors import BuunError, NotReadyError, UsageError
 from buun_tool.proc import git, run, run_logged
 
-# test-tree-ssm checks the series' tree ops (patch 0025) on every backend of the build: CI runs it
-# on the CPU build, scripts/gpu_tree.sh on CUDA
-TARGETS = ("llama-server", "llama-quantize", "llama-cli", "llama-bench", "llama-speculative-simple", "test-tree-ssm")
+# test-tree-ssm checks the series' tree ops (patch 0025) on every backend of the build (CI on the
+# CPU build, scripts/gpu_tree.sh on CUDA); test-ddtree its tree builder (0026)
+TARGETS = ("llama-server", "llama-quantize", "llama-cli", "llama-bench", "llama-speculative-simple",
+           "test-tree-ssm", "test-ddtree")
 VARIANTS = ("cuda", "cpu")
 STAMP = "buun-build.json"
 # The fork's CUDA flags: flash attention for every KV cache type the recipes may choose.
@@ -41,7 +42,7 @@ _NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 CPU_X86_FLAGS = (f"-DCMAKE_C_FLAGS={_NO_AMX}", f"-DCMAKE_CXX_FLAGS={_NO_AMX}")
 COMMON_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
-    "-DLLAMA_BUILD_TESTS=ON",  # only the named targets build: test-tree-ssm lives in tests/
+    "-DLLAMA_BUILD_TESTS=ON",  # only the named targets build: the series' own tests live in tests/
     "-DLLAMA_BUILD_EXAMPLES=ON",  # llama-speculative-simple lives in examples/
     "-DLLAMA_BUILD_TOOLS=ON",
     "-DLLAMA_BUILD_SERVER=ON",

@@ -123,7 +123,7 @@ def build(
     force: bool = typer.Option(False, "--force", help="Rebuild even if nothing changed."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Build llama-server, llama-quantize, llama-cli, llama-bench, llama-speculative-simple and test-tree-ssm."""
+    """Build llama-server, llama-quantize, llama-cli, llama-bench, llama-speculative-simple and the tree checks."""
     p = build_stage.plan(cpu=cpu, cuda=cuda, arch=cuda_arch, jobs=jobs, ui=ui)
     if p.ui == "none":
         console.warn("no npm and no network: the server is built without its web chat UI")

@@ -1,0 +1,67 @@
+"""The synthetic tree-acceptance profile (buun_tool/treeprofile.py) and the DDTree builder of patch
+0026 (common/ddtree.h, checked by its own test-ddtree against brute force): the default profile
+gives the HumanEval acceptance lengths it was calibrated to, and the C++ builder and the Python
+calibration agree on the trees they build."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from buun_tool import treeprofile
+
+slow = pytest.mark.slow
+
+
+@slow
+def test_the_default_profile_is_the_calibrated_one() -> None:
+    p = treeprofile.calibrate()
+    assert p.u == pytest.approx(treeprofile.DEFAULT.u, abs=1e-3)
+    assert p.hard_top1 == pytest.approx(treeprofile.DEFAULT.hard_top1, abs=1e-3)
+
+
+def test_the_default_profile_gives_the_chain_and_tree_figures() -> None:
+    p = treeprofile.DEFAULT
+    for row in p.rows():
+        assert len(row) == treeprofile.K and sum(row) <= 1.0 and row == sorted(row, reverse=True)
+    assert p.chain_al() == pytest.approx(7.67, abs=2e-3)
+    assert p.tree_al(treeprofile.DEPTH) == pytest.approx(p.chain_al())  # 15 nodes: the chain itself
+    assert p.tree_al(22) == pytest.approx(8.31, abs=2e-3)
+    # a budget-16 tree (the chain's verify width) beats the chain; more nodes never lose
+    als = [p.tree_al(b) for b in (15, 16, 22, 32)]
+    assert als == sorted(als) and als[1] > als[0]
+
+
+def test_a_single_candidate_per_position_is_the_chain() -> None:
+    rates = [[0.9] for _ in range(15)]
+    chain = 1 + sum(0.9**d for d in range(1, 16))
+    assert treeprofile.expected_al(rates, 22) == pytest.approx(chain)
+    assert treeprofile.expected_al(rates, 22, seed_chain=False) == pytest.approx(chain)
+
+
+@slow
+def test_the_tree_builder_passes_its_brute_force_checks(llama_bin: Path) -> None:
+    r = subprocess.run([str(llama_bin / "test-ddtree")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"^\d+ passed, 0 failed$", r.stdout, re.M) and "FAIL" not in r.stdout
+
+
+@slow
+@pytest.mark.parametrize("seed", [True, False])
+def test_the_tree_builder_agrees_with_the_calibration(llama_bin: Path, tmp_path: Path, seed: bool) -> None:
+    easy, hard = treeprofile.DEFAULT.rows()
+    f = tmp_path / "profile.txt"
+    for pattern in ("e" * 15, "h" * 15, "eeheeehhheeheee", "hhe" * 5):
+        rates = [hard if c == "h" else easy for c in pattern]
+        f.write_text(treeprofile.write_rates(rates))
+        for budget in (1, 15, 16, 22, 32, 64):
+            cmd = [str(llama_bin / "test-ddtree"), "--profile", str(f), "--budget", str(budget)]
+            r = subprocess.run(cmd + ([] if seed else ["--no-seed"]), capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            m = re.fullmatch(r"nodes (\d+) branch (\d+) al ([0-9.]+)\n", r.stdout)
+            assert m, r.stdout
+            assert int(m.group(1)) == budget
+            assert float(m.group(3)) == pytest.approx(treeprofile.expected_al(rates, budget, seed), abs=1e-4)
