@@ -142,3 +142,14 @@ class TestCli:
         path = _write(tmp_path, _set(_shipped(), "drafter.repo", "x"))
         res = CliRunner().invoke(app, ["drafter", str(path)])
         assert res.exit_code == Exit.USAGE and "drafter.repo" in res.output
+
+    def test_error_text_is_printed_literally_and_whole(self, tmp_path: Path):
+        """A YAML parser message keeps its `[` and `]` (not read as markup), and a long path is not
+        wrapped: CliRunner's output is not a terminal, like a CI log or a pipe."""
+        deep = tmp_path / ("a-rather-long-folder-name-" * 4) / "recipe-with-a-long-name.yaml"
+        deep.parent.mkdir(parents=True)
+        deep.write_text("name: [unclosed\n")
+        res = CliRunner().invoke(app, ["drafter", str(deep)])
+        assert res.exit_code == Exit.USAGE
+        assert f"error: {deep}: not valid YAML: while parsing a flow sequence\n" in res.stderr
+        assert "    name: [unclosed\n" in res.stderr and "expected ',' or ']', but got '<stream end>'" in res.stderr

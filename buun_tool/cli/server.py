@@ -233,7 +233,7 @@ def _print_status(d: dict[str, Any]) -> None:
 
     def row(label: str, value: Any) -> None:
         if value not in (None, "", []):
-            out.print(f"  {label:<10} {value}", highlight=False)
+            out.print(f"  {label:<10} {value}", markup=False)
 
     if d.get("phase"):
         row("phase", d["phase"])
