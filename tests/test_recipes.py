@@ -78,6 +78,60 @@ def test_validation_errors_name_file_and_field(tmp_path: Path, dotted: str, valu
     assert info.value.exit_code == Exit.USAGE
 
 
+def _rename(data: dict[str, Any], dotted: str, new: str) -> dict[str, Any]:
+    node = data
+    *parents, last = dotted.split(".")
+    for p in parents:
+        node = node[p]
+    node[new] = node.pop(last)
+    return data
+
+
+@pytest.mark.parametrize(("dotted", "new", "expected"), [
+    # `server: {flag: ...}` used to load with no flags: served without --spec-type dflash
+    ("server.flags", "flag", "server.flag: unknown key (did you mean server.flags?)"),
+    ("quantize", "quantise", "quantise: unknown key (did you mean quantize?)"),
+    ("target.revision", "revison", "target.revison: unknown key (did you mean target.revision?)"),
+    ("geometry.tiny.drafter.target_layer_ids", "target_layers_ids",
+     "geometry.tiny.drafter.target_layers_ids: unknown key (did you mean geometry.tiny.drafter.target_layer_ids?)"),
+    ("geometry.target", "targte", "geometry.targte: unknown key (did you mean geometry.target?)"),
+    ("expect.block_size", "blocksize", "expect.blocksize: unknown key (did you mean expect.block_size?)"),
+])
+def test_unknown_keys_are_errors_with_the_nearest_valid_key(tmp_path: Path, dotted: str, new: str, expected: str):
+    path = _write(tmp_path, _rename(_shipped(), dotted, new))
+    with pytest.raises(recipes.RecipeError) as info:
+        recipes.load(str(path))
+    assert info.value.message == f"{path}: {expected}"
+    assert info.value.exit_code == Exit.USAGE
+
+
+def test_an_unknown_key_with_no_near_one_lists_the_valid_keys(tmp_path: Path):
+    path = _write(tmp_path, _set(_shipped(), "server.port", 8080))
+    with pytest.raises(recipes.RecipeError, match=r"server\.port: unknown key \(valid: flags\)"):
+        recipes.load(str(path))
+
+
+@pytest.mark.parametrize(("dotted", "value", "expected"), [
+    ("server.flags.-c", [4096, 8192], "server.flags.-c: expected one value (a string or number), true or false"),
+    ("server.flags.-ot", {"a": "CPU"}, "server.flags.-ot: expected one value"),
+    ("drafter.files", [], "drafter.files: expected at least one file name"),
+    ("tokenizer.files", [], "tokenizer.files: expected at least one file name"),
+    ("server", ["--jinja"], "server: expected a mapping"),
+])
+def test_values_that_cannot_be_used_are_refused(tmp_path: Path, dotted: str, value: Any, expected: str):
+    path = _write(tmp_path, _set(_shipped(), dotted, value))
+    with pytest.raises(recipes.RecipeError) as info:
+        recipes.load(str(path))
+    assert info.value.message.startswith(f"{path}: {expected}")
+
+
+def test_geometry_keys_are_the_ones_synth_builds_from():
+    from buun_tool import synth
+
+    assert recipes.GEOMETRY_KEYS["target"] == set(synth.TargetGeometry.__dataclass_fields__)
+    assert recipes.GEOMETRY_KEYS["drafter"] == set(synth.DrafterGeometry.__dataclass_fields__)
+
+
 def test_server_flag_must_look_like_a_flag(tmp_path: Path):
     data = _shipped()
     data["server"]["flags"]["ngl"] = 99
