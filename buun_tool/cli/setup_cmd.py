@@ -1,7 +1,7 @@
 """`buun setup`: doctor -> vendor -> patch -> build -> pull -> drafter -> convert -> serve -> smoke test.
 
     buun setup [RECIPE] [--yes] [--cpu] [--dry-run] [--models-dir DIR] [--recipe-file PATH]
-               [--host H] [--port P] [--api-key KEY] [-- LLAMA_SERVER_FLAGS...]
+               [--host H] [--port P] [--api-key KEY | --no-api-key] [-- LLAMA_SERVER_FLAGS...]
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ def setup(
     port: Annotated[int, typer.Option("--port", help="Port of the server.")] = spec_mod.DEFAULT_PORT,
     api_key: Annotated[str | None, typer.Option("--api-key", help="Require this key from clients.",
                                                 envvar=spec_mod.API_KEY_ENV, show_envvar=False)] = None,
+    no_api_key: Annotated[bool, typer.Option("--no-api-key", help="Serve beyond loopback without an API key, "
+                                             "on purpose (else refused).")] = False,
 ) -> None:
     """Set up everything and start the server: each stage is skipped when already done.
 
@@ -42,7 +44,7 @@ def setup(
         raise UsageError("give a recipe name or --recipe-file, not both")
     r = recipes.load(str(recipe_file) if recipe_file else recipe)
     context = setup_stage.Context(r, models_dir=models_dir, cpu=cpu, host=host, port=port, api_key=api_key,
-                                  extra=list(ctx.args))
+                                  no_api_key=no_api_key, extra=list(ctx.args))
     if dry_run:
         _print_plan(context)
         return

@@ -1,6 +1,6 @@
 """One launch of a server: which recipe, models, binary, address and flags, and the rules the
 supervisor follows. Saved as spec.json in the instance folder, so a detached supervisor and
-`buun restart` run exactly what `buun start` resolved. The API key is not part of it.
+`buun restart` run exactly what `buun start` resolved. No secret is part of it.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ class LaunchSpec:
     flags: list[Flag]
     recipe_flags: list[str]  # flag names the recipe set (for error hints)
     policy: Policy = field(default_factory=Policy)
+    no_api_key: bool = False  # the user said to serve beyond loopback without a key (--no-api-key)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @property
@@ -107,9 +108,11 @@ class LaunchSpec:
 def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | None = None,
             draft: Path | None = None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
             extra: list[str] | None = None, drops: list[str] | None = None, api_key: str | None = None,
-            policy: Policy | None = None) -> tuple[LaunchSpec, str | None]:
+            no_api_key: bool = False, policy: Policy | None = None) -> tuple[LaunchSpec, str | None]:
     """A launch spec from a recipe and the command-line options; also the API key to give
-    llama-server (from --api-key, an `--api-key` after `--`, or BUUN_API_KEY)."""
+    llama-server (`api_key`, which the CLI fills from --api-key or BUUN_API_KEY, else an
+    `--api-key` after `--` or in the recipe). No secret flag stays in the spec's flags (see
+    command.SECRET_ENV)."""
     from buun_tool.server.instance import check_name
 
     patches.rollback_from_env()  # llama-server would take a misspelt value for the tape without a word
@@ -118,9 +121,9 @@ def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | No
     command.check_unmanaged(base, f"the recipe {recipe.source}")
     overrides = command.parse_args(extra or [])
     command.check_unmanaged(overrides, "the arguments after `--`")
-    overrides, key_in_args = command.take_secret(overrides)
     command.check_drops(drops or [])
-    flags = command.merge(base, overrides, drops or [])
+    # the recipe's secrets and the command line's alike (an override replaces the recipe's)
+    flags, secrets = command.take_secrets(command.merge(base, overrides, drops or []))
     if not 0 < port < 65536:
         raise UsageError(f"--port {port}: expected 1..65535")
     if model is None or draft is None:
@@ -131,9 +134,27 @@ def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | No
         binary=str(build.find_binary("llama-server")),
         target=str(Path(model).expanduser().resolve()), draft=str(Path(draft).expanduser().resolve()),
         host=host, port=port, flags=flags, recipe_flags=_kept(base, overrides),
-        policy=(policy or Policy()).validate(),
+        policy=(policy or Policy()).validate(), no_api_key=no_api_key,
     )
-    return spec, api_key or key_in_args or os.environ.get(API_KEY_ENV) or None
+    key_in_flags = secrets.pop("--api-key", None)
+    # Other secrets (a Hub token) go where every llama-server launch of this process inherits them
+    # from, a detached supervisor's included; they are not part of the spec.
+    os.environ.update({command.SECRET_ENV[flag]: value for flag, value in secrets.items()})
+    key = api_key or key_in_flags or None
+    if key and no_api_key:
+        raise UsageError("--no-api-key contradicts the API key given (--api-key, BUUN_API_KEY or the recipe)",
+                         "leave out one of them")
+    return spec, key
+
+
+def check_exposure(spec: LaunchSpec, api_key: str | None) -> None:
+    """Refuse to serve beyond loopback without an API key, unless the user said so (--no-api-key):
+    anyone who can reach the port could use the server."""
+    if spec.no_api_key or command.is_loopback(spec.host) or command.has_auth(spec.flags, api_key):
+        return
+    raise UsageError(f"--host {spec.host} lets other machines reach this server and no API key is set",
+                     "pass --api-key KEY (or set BUUN_API_KEY, or `-- --api-key-file FILE`); to serve "
+                     "without a key on purpose, pass --no-api-key")
 
 
 def _kept(base: list[Flag], overrides: list[Flag]) -> list[str]:
