@@ -21,6 +21,7 @@ import psutil
 
 import buun_tool
 from buun_tool.errors import BuunError, Exit, UsageError
+from buun_tool.fsutil import open_private
 from buun_tool.server import gpu, logfile, metrics, process
 from buun_tool.server.health import Probe, slots_summary
 from buun_tool.server.instance import Instance, all_instances, live
@@ -83,7 +84,7 @@ def start_detached(spec: LaunchSpec, api_key: str | None, wait: bool = True,
             env[API_KEY_ENV] = api_key
         pkg_root = str(Path(buun_tool.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
-        with open(inst.supervisor_log, "ab") as out:
+        with open_private(inst.supervisor_log) as out:
             sup = subprocess.Popen(
                 [sys.executable, "-m", "buun_tool.server.supervisor", spec.name, "--lock-fd", str(fd)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
