@@ -98,6 +98,12 @@ class TestManagedAndSecrets:
         assert argv[-5:] == ["--host", "127.0.0.1", "--port", "8080", "--metrics"]
         assert command.display(argv, key).startswith("LLAMA_API_KEY=**** ")
 
+    def test_the_model_is_named_by_the_recipe_unless_the_user_names_it(self) -> None:
+        argv = command.server_argv("s", "/m/t.gguf", "/m/d.gguf", "127.0.0.1", 1, [("-c", "1")], alias="r")
+        assert argv[argv.index("--alias") + 1] == "r"
+        argv = command.server_argv("s", "/m/t.gguf", "/m/d.gguf", "127.0.0.1", 1, [("-a", "mine")], alias="r")
+        assert "--alias" not in argv and argv[argv.index("-a") + 1] == "mine"
+
     def test_mask(self) -> None:
         assert command.mask(["x", "--api-key", "k", "-hft", "t", "-c", "1"]) == [
             "x", "--api-key", "****", "-hft", "****", "-c", "1"]
@@ -173,7 +179,7 @@ class TestPrintCmd:
         assert r.stdout.strip() == (
             f"{fake_bin}/llama-server -m /m/t.gguf -md /m/d.gguf --spec-type dflash -ngl 99 -ngld 99 -np 1 "
             "-c 6048 -cd 256 -fa on -b 256 -ub 64 --draft-max 16 --draft-min 1 --jinja --backend-sampling "
-            "--host 127.0.0.1 --port 8080 --metrics")
+            "--alias qwen3.5-27b-dflash --host 127.0.0.1 --port 8080 --metrics")
 
     def test_backend_sampling_dropped_in_either_spelling(self, fake_bin: Path) -> None:
         for spelling in ("--backend-sampling", "-bs"):
@@ -189,7 +195,7 @@ class TestPrintCmd:
         assert "hunter2" not in r.output and out.startswith("LLAMA_API_KEY=**** ")
         assert " -cd " not in out and " -c 6048" not in out and "--draft-max" not in out
         assert "--ctx-size 4096" in out and "--spec-draft-n-max 8" in out and out.rstrip().endswith(
-            "-ctk q8_0 --host 127.0.0.1 --port 9001 --metrics")
+            "-ctk q8_0 --alias qwen3.5-27b-dflash --host 127.0.0.1 --port 9001 --metrics")
 
 
     def test_managed_flag_after_dashes(self, fake_bin: Path) -> None:

@@ -2,7 +2,8 @@
 
 A flag is a (name, value) pair; value None is a bare switch. The recipe gives an ordered list,
 the user overrides it (extra args after `--`) or drops entries (`--drop FLAG`), and buun adds
-what it must know itself: -m, -md, --host, --port and --metrics. Flags are compared by their
+what it must know itself: -m, -md, --host, --port and --metrics, and --alias (the recipe's name)
+unless the user gives one. Flags are compared by their
 canonical spelling, so `-c 4096` replaces a recipe's `--ctx-size`, and `--no-X` replaces `--X`.
 Secrets never enter the argv, from the command line or from a recipe alike: the API key goes to
 llama-server through LLAMA_API_KEY and a Hub token through HF_TOKEN (llama-server's own variables
@@ -187,11 +188,15 @@ def take_secrets(flags: Sequence[Flag]) -> tuple[list[Flag], dict[str, str]]:
     return rest, secrets
 
 
-def server_argv(binary: str, target: str, draft: str, host: str, port: int, flags: Sequence[Flag]) -> list[str]:
-    """The full argv: models first, then the recipe/user flags, then the address and --metrics."""
+def server_argv(binary: str, target: str, draft: str, host: str, port: int, flags: Sequence[Flag],
+                alias: str | None = None) -> list[str]:
+    """The full argv: models first, then the recipe/user flags, then the model's name (`alias`,
+    unless the flags name it), the address and --metrics."""
     argv = [binary, "-m", target, "-md", draft]
     for name, value in flags:
         argv += [name] if value is None else [name, value]
+    if alias and not any(canonical(name) == "-a" for name, _ in flags):
+        argv += ["--alias", alias]  # what /v1/models and responses call the model, not the GGUF's path
     argv += ["--host", host, "--port", str(port)]
     argv += [f for f in ALWAYS_ON if f not in argv]
     return argv

@@ -76,7 +76,8 @@ class LaunchSpec:
 
     @property
     def argv(self) -> list[str]:
-        return command.server_argv(self.binary, self.target, self.draft, self.host, self.port, self.flags)
+        return command.server_argv(self.binary, self.target, self.draft, self.host, self.port, self.flags,
+                                   alias=self.recipe)
 
     @property
     def url(self) -> str:
