@@ -211,8 +211,20 @@ class TestPrintCmd:
         assert r.exit_code == 2 and "LLAMA_RS_ROLLBACK=upstream: expected tape or snapshot" in flat(r.stderr)
 
     def test_missing_models_point_to_pull(self, fake_bin: Path) -> None:
-        r = CliRunner().invoke(app, ["serve", "--print-cmd"])
+        r = CliRunner().invoke(app, ["serve"])
         assert r.exit_code == 3 and "buun pull" in flat(r.stderr)
+
+    def test_print_cmd_before_the_models_are_made(self, fake_bin: Path) -> None:
+        """The command with the paths the models will have, and a word that they are not there yet."""
+        from buun_tool import recipes
+
+        target, draft = spec.default_paths(recipes.load())
+        r = CliRunner().invoke(app, ["serve", "--print-cmd"])
+        assert r.exit_code == 0, r.output
+        assert r.stdout.startswith(f"{fake_bin}/llama-server -m {target} -md {draft} --spec-type dflash ")
+        err = flat(r.stderr)
+        assert f"warning: the target model {target} does not exist; run `buun pull qwen3.5-27b-dflash`" in err
+        assert f"warning: the drafter {draft} does not exist; run `buun convert qwen3.5-27b-dflash`" in err
 
     def test_missing_binary_points_to_build(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(tmp_path))

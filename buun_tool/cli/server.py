@@ -3,7 +3,7 @@
     buun serve [RECIPE] [--model T.gguf --draft D.gguf] [--port 8080] [-- LLAMA-SERVER FLAGS]
                                           supervise in the foreground (Ctrl-C stops)
     buun serve --host 0.0.0.0 --api-key KEY   other machines may connect (without a key: --no-api-key)
-    buun serve --print-cmd [-- -c 4096]   show the llama-server command (secrets masked)
+    buun serve --print-cmd [-- -c 4096]   show the llama-server command (secrets masked; models may be missing)
     buun start [RECIPE] [same options]    the same supervisor, detached; returns once ready
     buun stop [NAME] [--all]              SIGTERM, grace, SIGKILL: no process left behind
     buun restart [NAME]                   relaunch llama-server (a stopped instance: start it again)
@@ -121,9 +121,12 @@ def serve(
     policy = _policy(ready_timeout, health_interval, health_timeout, health_failures, max_crashes, crash_window,
                      backoff, backoff_max, stop_timeout, log_max_mb, log_keep)
     spec, key = spec_mod.resolve(recipe, name=name, model=model, draft=draft, host=host, port=port, extra=extra,
-                                 drops=drop, api_key=api_key, no_api_key=no_api_key, policy=policy)
-    if print_cmd:
+                                 drops=drop, api_key=api_key, no_api_key=no_api_key, policy=policy,
+                                 need_models=not print_cmd)
+    if print_cmd:  # also before the models exist: the command shows the paths they will have
         console.out.print(command.display(spec.argv, key), markup=False)
+        for problem in spec.missing_files():
+            console.warn(f"{problem.message}; {problem.hint}")
         return
     spec_mod.check_exposure(spec, key)
     spec.check_files()
