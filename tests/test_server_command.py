@@ -320,6 +320,12 @@ class TestExposure:
         r = CliRunner().invoke(app, ["serve", *self.ARGS, "--no-api-key", "--api-key", "k"])
         assert r.exit_code == 2 and "--no-api-key contradicts" in flat(r.stderr)
 
+    def test_setup_refuses_before_its_first_stage(self) -> None:
+        r = CliRunner().invoke(app, ["setup", "--host", "0.0.0.0", "--dry-run"])
+        assert r.exit_code == 2 and "--no-api-key" in flat(r.stderr) and r.stdout == ""
+        r = CliRunner().invoke(app, ["setup", "--host", "0.0.0.0", "--dry-run", "--no-api-key"])
+        assert "no API key is set" not in flat(r.stderr) and "server command" in r.stdout
+
     def test_loopback_needs_no_key(self, fake_bin: Path) -> None:
         r = CliRunner().invoke(app, ["serve", *self.ARGS[:4], "--port", "1"])
         assert r.exit_code == 3 and "/m/t.gguf does not exist" in flat(r.stderr)

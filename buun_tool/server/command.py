@@ -221,6 +221,16 @@ def has_auth(flags: Sequence[Flag], api_key: str | None) -> bool:
     return bool(api_key) or any(canonical(n) in ("--api-key", "--api-key-file") for n, _ in flags)
 
 
+def check_exposure(host: str, flags: Sequence[Flag], api_key: str | None, no_api_key: bool) -> None:
+    """Refuse to serve beyond loopback without an API key, unless the user said so (--no-api-key):
+    anyone who can reach the port could use the server."""
+    if no_api_key or is_loopback(host) or has_auth(flags, api_key):
+        return
+    raise UsageError(f"--host {host} lets other machines reach this server and no API key is set",
+                     "pass --api-key KEY (or set BUUN_API_KEY, or `-- --api-key-file FILE`); to serve "
+                     "without a key on purpose, pass --no-api-key")
+
+
 def is_loopback(host: str) -> bool:
     """True for addresses only this machine can reach (a UNIX socket path counts)."""
     if host.endswith(".sock") or host == "localhost":

@@ -163,13 +163,8 @@ def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | No
 
 
 def check_exposure(spec: LaunchSpec, api_key: str | None) -> None:
-    """Refuse to serve beyond loopback without an API key, unless the user said so (--no-api-key):
-    anyone who can reach the port could use the server."""
-    if spec.no_api_key or command.is_loopback(spec.host) or command.has_auth(spec.flags, api_key):
-        return
-    raise UsageError(f"--host {spec.host} lets other machines reach this server and no API key is set",
-                     "pass --api-key KEY (or set BUUN_API_KEY, or `-- --api-key-file FILE`); to serve "
-                     "without a key on purpose, pass --no-api-key")
+    """command.check_exposure for a resolved launch (--no-api-key is kept in the spec for restarts)."""
+    command.check_exposure(spec.host, spec.flags, api_key, spec.no_api_key)
 
 
 def _kept(base: list[Flag], overrides: list[Flag]) -> list[str]:
