@@ -207,3 +207,19 @@ class TestCli:
         assert res.exit_code == Exit.USAGE
         assert f"error: {deep}: not valid YAML: while parsing a flow sequence\n" in res.stderr
         assert "    name: [unclosed\n" in res.stderr and "expected ',' or ']', but got '<stream end>'" in res.stderr
+
+    def test_a_table_keeps_paths_and_errors_whole(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+        """`buun recipes` in a pipe: the file column is not cut to 80 columns, and a broken recipe's
+        YAML error keeps its brackets."""
+        config = tmp_path / ("a-long-config-folder-" * 4)
+        monkeypatch.setenv("BUUN_CONFIG_DIR", str(config))
+        user = config / "recipes"
+        user.mkdir(parents=True)
+        _write(user, "name: [unclosed\n", "broken.yaml")
+        res = CliRunner().invoke(app, ["recipes"])
+        assert res.exit_code == 0, res.output
+        lines = res.stdout.splitlines()
+        assert any(ln.rstrip().endswith(f"{user / 'broken.yaml'}: not valid YAML: while parsing a flow sequence  "
+                                        f"{user / 'broken.yaml'}") for ln in lines), res.stdout
+        assert "name: [unclosed" in res.stdout and "expected ',' or ']', but got '<stream end>'" in res.stdout
+        assert any(str(paths.recipes_dir() / f"{recipes.DEFAULT_RECIPE}.yaml") in ln for ln in lines)
