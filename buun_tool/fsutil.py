@@ -6,7 +6,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
 def sha256_file(path: Path) -> str:
@@ -23,3 +23,22 @@ def write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
+
+
+# A server's state, spec and logs name its models, flags and requests: only their owner reads them.
+PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
+
+
+def private_dir(path: Path) -> Path:
+    """A folder only its owner can enter; one made earlier with a wider mode is narrowed."""
+    path.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+    os.chmod(path, PRIVATE_DIR)
+    return path
+
+
+def open_private(path: Path, append: bool = True) -> BinaryIO:
+    """`path` opened for writing (appending or from empty) with mode 0600, whatever the umask and
+    whatever mode the file had."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC), PRIVATE_FILE)
+    os.fchmod(fd, PRIVATE_FILE)
+    return os.fdopen(fd, "ab" if append else "wb")

@@ -7,6 +7,8 @@ and the llama-server settings. Errors name the file, the dotted field and what i
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,6 +100,8 @@ class _Reader:
 
     def str_list(self, dotted: str, default: Any = ...) -> tuple[str, ...]:
         items = self.get(dotted, list, default)
+        if not items:
+            raise self.fail(dotted, "at least one file name", items)
         if not all(isinstance(i, str) and i for i in items):
             raise self.fail(dotted, "a list of file names", items)
         return tuple(items)
@@ -125,6 +129,52 @@ _GEOMETRY_INTS = {
     "drafter": ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                 "head_dim", "intermediate_size", "block_size", "mask_token_id"),
 }
+# The rest of the geometry (synth checks their values); the same names as synth's dataclasses.
+_GEOMETRY_OTHER = {
+    "target": ("partial_rotary_factor", "mrope_section", "rope_theta", "rms_norm_eps"),
+    "drafter": ("rope_theta", "rms_norm_eps", "target_layer_ids"),
+}
+GEOMETRY_KEYS = {role: frozenset(_GEOMETRY_INTS[role] + _GEOMETRY_OTHER[role]) for role in _GEOMETRY_INTS}
+
+# Every key a recipe may have: a set lists the keys of a mapping, a dict the mappings below it.
+# geometry takes any other key as a scale (`tiny`) with optional target/drafter overrides, and
+# server.flags any llama-server flag; parse() checks those two itself.
+_KEYS: dict[str, Any] = {
+    "name": None, "description": None, "quantize": None,
+    "target": {"repo", "revision", "gguf"},
+    "drafter": {"repo", "revision", "files"},
+    "tokenizer": {"repo", "revision", "files", "target_config"},
+    "expect": {"block_size", "mask_token_id", "target_layer_ids", "hidden_size"},
+    "geometry": dict(GEOMETRY_KEYS),
+    "server": {"flags"},
+}
+
+
+def _unknown(source: Path, dotted: str, key: Any, valid: Iterable[str]) -> RecipeError:
+    """`server.flag: unknown key (did you mean server.flags?)`; else the valid keys."""
+    valid = sorted(valid)
+    near = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
+    where = f"{dotted}.{key}" if dotted else str(key)
+    prefix = f"{dotted}." if dotted else ""
+    hint = f"did you mean {prefix}{near[0]}?" if near else f"valid: {', '.join(valid)}"
+    return RecipeError(f"{source}: {where}: unknown key ({hint})",
+                       "every key is described in recipes/README.md")
+
+
+def _check_keys(r: _Reader, node: Any, allowed: Any, dotted: str = "") -> None:
+    """Refuse a key the recipe schema does not know, at any depth (a misspelt key would be ignored)."""
+    if allowed is None:
+        return
+    if not isinstance(node, dict):
+        raise r.fail(dotted, "a mapping", node)
+    for key, value in node.items():
+        if key in allowed:
+            below = f"{dotted}.{key}" if dotted else str(key)
+            _check_keys(r, value, allowed[key] if isinstance(allowed, dict) else None, below)
+        elif dotted == "geometry" and not difflib.get_close_matches(str(key), list(GEOMETRY_KEYS), n=1, cutoff=0.6):
+            _check_keys(r, value, allowed, f"geometry.{key}")  # a scale: target/drafter overrides
+        else:
+            raise _unknown(r.source, dotted, key, allowed)
 
 
 def _validate_geometry(r: _Reader) -> dict[str, Any]:
@@ -143,6 +193,7 @@ def _validate_geometry(r: _Reader) -> dict[str, Any]:
 
 def parse(source: Path, data: Any) -> Recipe:
     r = _Reader(source, data)
+    _check_keys(r, r.data, _KEYS)
     name = r.get("name", str)
     quant = r.get("quantize", str, "Q4_K_M").upper()
     if quant not in QUANT_TYPES:
@@ -154,9 +205,11 @@ def parse(source: Path, data: Any) -> Recipe:
     if "target_layer_ids" in expect:
         r.get("expect.target_layer_ids", list)
     flags = r.get("server.flags", dict, {})
-    for flag in flags:
+    for flag, value in flags.items():
         if not isinstance(flag, str) or not flag.startswith("-"):
             raise r.fail(f"server.flags.{flag}", "a llama-server flag starting with '-'", flag)
+        if isinstance(value, (list, dict)):  # would reach llama-server as its Python repr
+            raise r.fail(f"server.flags.{flag}", "one value (a string or number), true or false", value)
     return Recipe(
         name=name,
         description=r.get("description", str, ""),

@@ -41,6 +41,7 @@ class Context:
     host: str = spec_mod.DEFAULT_HOST
     port: int = spec_mod.DEFAULT_PORT
     api_key: str | None = None
+    no_api_key: bool = False  # serve beyond loopback without a key, on purpose
     extra: list[str] = field(default_factory=list)  # llama-server flags overriding the recipe's
 
     @property
@@ -153,7 +154,8 @@ def _convert_inputs(ctx: Context) -> dict[str, Any]:
 def _serve(ctx: Context) -> spec_mod.LaunchSpec:
     lay = ctx.layout
     spec, key = spec_mod.resolve(str(ctx.recipe.source), model=lay.target_gguf, draft=lay.drafter_gguf(),
-                                 host=ctx.host, port=ctx.port, extra=list(ctx.extra), api_key=ctx.api_key)
+                                 host=ctx.host, port=ctx.port, extra=list(ctx.extra), api_key=ctx.api_key,
+                                 no_api_key=ctx.no_api_key)
     inst = instance.Instance(spec.name)
     current = control.status(inst, key)
     if current.get("state") == "ready" and _same_launch(inst, spec):

@@ -78,6 +78,60 @@ def test_validation_errors_name_file_and_field(tmp_path: Path, dotted: str, valu
     assert info.value.exit_code == Exit.USAGE
 
 
+def _rename(data: dict[str, Any], dotted: str, new: str) -> dict[str, Any]:
+    node = data
+    *parents, last = dotted.split(".")
+    for p in parents:
+        node = node[p]
+    node[new] = node.pop(last)
+    return data
+
+
+@pytest.mark.parametrize(("dotted", "new", "expected"), [
+    # `server: {flag: ...}` used to load with no flags: served without --spec-type dflash
+    ("server.flags", "flag", "server.flag: unknown key (did you mean server.flags?)"),
+    ("quantize", "quantise", "quantise: unknown key (did you mean quantize?)"),
+    ("target.revision", "revison", "target.revison: unknown key (did you mean target.revision?)"),
+    ("geometry.tiny.drafter.target_layer_ids", "target_layers_ids",
+     "geometry.tiny.drafter.target_layers_ids: unknown key (did you mean geometry.tiny.drafter.target_layer_ids?)"),
+    ("geometry.target", "targte", "geometry.targte: unknown key (did you mean geometry.target?)"),
+    ("expect.block_size", "blocksize", "expect.blocksize: unknown key (did you mean expect.block_size?)"),
+])
+def test_unknown_keys_are_errors_with_the_nearest_valid_key(tmp_path: Path, dotted: str, new: str, expected: str):
+    path = _write(tmp_path, _rename(_shipped(), dotted, new))
+    with pytest.raises(recipes.RecipeError) as info:
+        recipes.load(str(path))
+    assert info.value.message == f"{path}: {expected}"
+    assert info.value.exit_code == Exit.USAGE
+
+
+def test_an_unknown_key_with_no_near_one_lists_the_valid_keys(tmp_path: Path):
+    path = _write(tmp_path, _set(_shipped(), "server.port", 8080))
+    with pytest.raises(recipes.RecipeError, match=r"server\.port: unknown key \(valid: flags\)"):
+        recipes.load(str(path))
+
+
+@pytest.mark.parametrize(("dotted", "value", "expected"), [
+    ("server.flags.-c", [4096, 8192], "server.flags.-c: expected one value (a string or number), true or false"),
+    ("server.flags.-ot", {"a": "CPU"}, "server.flags.-ot: expected one value"),
+    ("drafter.files", [], "drafter.files: expected at least one file name"),
+    ("tokenizer.files", [], "tokenizer.files: expected at least one file name"),
+    ("server", ["--jinja"], "server: expected a mapping"),
+])
+def test_values_that_cannot_be_used_are_refused(tmp_path: Path, dotted: str, value: Any, expected: str):
+    path = _write(tmp_path, _set(_shipped(), dotted, value))
+    with pytest.raises(recipes.RecipeError) as info:
+        recipes.load(str(path))
+    assert info.value.message.startswith(f"{path}: {expected}")
+
+
+def test_geometry_keys_are_the_ones_synth_builds_from():
+    from buun_tool import synth
+
+    assert recipes.GEOMETRY_KEYS["target"] == set(synth.TargetGeometry.__dataclass_fields__)
+    assert recipes.GEOMETRY_KEYS["drafter"] == set(synth.DrafterGeometry.__dataclass_fields__)
+
+
 def test_server_flag_must_look_like_a_flag(tmp_path: Path):
     data = _shipped()
     data["server"]["flags"]["ngl"] = 99
@@ -142,3 +196,30 @@ class TestCli:
         path = _write(tmp_path, _set(_shipped(), "drafter.repo", "x"))
         res = CliRunner().invoke(app, ["drafter", str(path)])
         assert res.exit_code == Exit.USAGE and "drafter.repo" in res.output
+
+    def test_error_text_is_printed_literally_and_whole(self, tmp_path: Path):
+        """A YAML parser message keeps its `[` and `]` (not read as markup), and a long path is not
+        wrapped: CliRunner's output is not a terminal, like a CI log or a pipe."""
+        deep = tmp_path / ("a-rather-long-folder-name-" * 4) / "recipe-with-a-long-name.yaml"
+        deep.parent.mkdir(parents=True)
+        deep.write_text("name: [unclosed\n")
+        res = CliRunner().invoke(app, ["drafter", str(deep)])
+        assert res.exit_code == Exit.USAGE
+        assert f"error: {deep}: not valid YAML: while parsing a flow sequence\n" in res.stderr
+        assert "    name: [unclosed\n" in res.stderr and "expected ',' or ']', but got '<stream end>'" in res.stderr
+
+    def test_a_table_keeps_paths_and_errors_whole(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+        """`buun recipes` in a pipe: the file column is not cut to 80 columns, and a broken recipe's
+        YAML error keeps its brackets."""
+        config = tmp_path / ("a-long-config-folder-" * 4)
+        monkeypatch.setenv("BUUN_CONFIG_DIR", str(config))
+        user = config / "recipes"
+        user.mkdir(parents=True)
+        _write(user, "name: [unclosed\n", "broken.yaml")
+        res = CliRunner().invoke(app, ["recipes"])
+        assert res.exit_code == 0, res.output
+        lines = res.stdout.splitlines()
+        assert any(ln.rstrip().endswith(f"{user / 'broken.yaml'}: not valid YAML: while parsing a flow sequence  "
+                                        f"{user / 'broken.yaml'}") for ln in lines), res.stdout
+        assert "name: [unclosed" in res.stdout and "expected ',' or ']', but got '<stream end>'" in res.stdout
+        assert any(str(paths.recipes_dir() / f"{recipes.DEFAULT_RECIPE}.yaml") in ln for ln in lines)

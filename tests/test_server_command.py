@@ -89,13 +89,20 @@ class TestManagedAndSecrets:
             command.check_drops(["--metrics"])
 
     def test_api_key_leaves_the_argv(self) -> None:
-        flags, key = command.take_secret(parse_args(["--api-key", "s3cret", "-c", "1"]))
-        assert key == "s3cret" and flags == [("-c", "1")]
+        flags, secrets = command.take_secrets(parse_args(["--api-key", "s3cret", "-c", "1", "--hf-token", "hf_x"]))
+        assert secrets == {"--api-key": "s3cret", "-hft": "hf_x"} and flags == [("-c", "1")]
+        key = secrets["--api-key"]
         argv = command.server_argv("/bin/llama-server", "t.gguf", "d.gguf", "127.0.0.1", 8080, flags)
         assert "s3cret" not in argv
         assert argv[:5] == ["/bin/llama-server", "-m", "t.gguf", "-md", "d.gguf"]
         assert argv[-5:] == ["--host", "127.0.0.1", "--port", "8080", "--metrics"]
         assert command.display(argv, key).startswith("LLAMA_API_KEY=**** ")
+
+    def test_the_model_is_named_by_the_recipe_unless_the_user_names_it(self) -> None:
+        argv = command.server_argv("s", "/m/t.gguf", "/m/d.gguf", "127.0.0.1", 1, [("-c", "1")], alias="r")
+        assert argv[argv.index("--alias") + 1] == "r"
+        argv = command.server_argv("s", "/m/t.gguf", "/m/d.gguf", "127.0.0.1", 1, [("-a", "mine")], alias="r")
+        assert "--alias" not in argv and argv[argv.index("-a") + 1] == "mine"
 
     def test_mask(self) -> None:
         assert command.mask(["x", "--api-key", "k", "-hft", "t", "-c", "1"]) == [
@@ -172,7 +179,7 @@ class TestPrintCmd:
         assert r.stdout.strip() == (
             f"{fake_bin}/llama-server -m /m/t.gguf -md /m/d.gguf --spec-type dflash -ngl 99 -ngld 99 -np 1 "
             "-c 6048 -cd 256 -fa on -b 256 -ub 64 --draft-max 16 --draft-min 1 --jinja --backend-sampling "
-            "--host 127.0.0.1 --port 8080 --metrics")
+            "--alias qwen3.5-27b-dflash --host 127.0.0.1 --port 8080 --metrics")
 
     def test_backend_sampling_dropped_in_either_spelling(self, fake_bin: Path) -> None:
         for spelling in ("--backend-sampling", "-bs"):
@@ -188,16 +195,8 @@ class TestPrintCmd:
         assert "hunter2" not in r.output and out.startswith("LLAMA_API_KEY=**** ")
         assert " -cd " not in out and " -c 6048" not in out and "--draft-max" not in out
         assert "--ctx-size 4096" in out and "--spec-draft-n-max 8" in out and out.rstrip().endswith(
-            "-ctk q8_0 --host 127.0.0.1 --port 9001 --metrics")
+            "-ctk q8_0 --alias qwen3.5-27b-dflash --host 127.0.0.1 --port 9001 --metrics")
 
-    def test_open_bind_without_key_warns(self, fake_bin: Path) -> None:
-        r = self.run("--host", "0.0.0.0")
-        assert r.exit_code == 0
-        r = CliRunner().invoke(app, ["serve", "--model", "/m/t.gguf", "--draft", "/m/d.gguf", "--host", "0.0.0.0",
-                                     "--port", "1"], env={"BUUN_LLAMA_BIN_DIR": str(fake_bin)})
-        assert "no API key is set" in flat(r.stderr)
-        assert r.exit_code == 3  # and then: the model files do not exist
-        assert "/m/t.gguf does not exist" in flat(r.stderr)
 
     def test_managed_flag_after_dashes(self, fake_bin: Path) -> None:
         r = self.run("--", "-m", "other.gguf")
@@ -212,8 +211,20 @@ class TestPrintCmd:
         assert r.exit_code == 2 and "LLAMA_RS_ROLLBACK=upstream: expected tape or snapshot" in flat(r.stderr)
 
     def test_missing_models_point_to_pull(self, fake_bin: Path) -> None:
-        r = CliRunner().invoke(app, ["serve", "--print-cmd"])
+        r = CliRunner().invoke(app, ["serve"])
         assert r.exit_code == 3 and "buun pull" in flat(r.stderr)
+
+    def test_print_cmd_before_the_models_are_made(self, fake_bin: Path) -> None:
+        """The command with the paths the models will have, and a word that they are not there yet."""
+        from buun_tool import recipes
+
+        target, draft = spec.default_paths(recipes.load())
+        r = CliRunner().invoke(app, ["serve", "--print-cmd"])
+        assert r.exit_code == 0, r.output
+        assert r.stdout.startswith(f"{fake_bin}/llama-server -m {target} -md {draft} --spec-type dflash ")
+        err = flat(r.stderr)
+        assert f"warning: the target model {target} does not exist; run `buun pull qwen3.5-27b-dflash`" in err
+        assert f"warning: the drafter {draft} does not exist; run `buun convert qwen3.5-27b-dflash`" in err
 
     def test_missing_binary_points_to_build(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(tmp_path))
@@ -233,3 +244,100 @@ def test_spec_round_trips_through_json(fake_bin: Path) -> None:
 def test_error_hints_know_which_recipe_flags_the_user_replaced(fake_bin: Path) -> None:
     s, _ = spec.resolve(None, model=Path("/m/t.gguf"), draft=Path("/m/d.gguf"), extra=["--ctx-size", "1"])
     assert "-c" not in s.recipe_flags and "-cd" in s.recipe_flags and "--jinja" in s.recipe_flags
+
+
+# --- secrets and exposure -------------------------------------------------------------------
+
+def _user_recipe(name: str, flags: dict[str, object], **top: object) -> Path:
+    """The shipped recipe under another name in the user's recipe folder, with extra server flags."""
+    import yaml
+
+    from buun_tool import paths, recipes
+
+    data = yaml.safe_load(recipes.load().source.read_text())
+    data.update(name=name, **top)
+    data["server"]["flags"].update(flags)
+    path = paths.config_dir() / "recipes" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+class TestRecipeSecrets:
+    KEY, TOKEN = "zz-recipe-key-zz", "hf_zzrecipetokenzz"
+
+    def test_secret_flags_of_a_recipe_go_to_the_environment(self, fake_bin: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+        """A recipe's --api-key and --hf-token take the command line's way: out of argv and spec.json,
+        the key to LLAMA_API_KEY and the token to HF_TOKEN (llama-server's own variables)."""
+        monkeypatch.setenv("HF_TOKEN", "before")  # restored after the test
+        _user_recipe("keyed", {"--api-key": self.KEY, "--hf-token": self.TOKEN})
+        s, key = spec.resolve("keyed", model=Path("/m/t.gguf"), draft=Path("/m/d.gguf"))
+        assert key == self.KEY
+        for text in (" ".join(s.argv), json.dumps(s.to_json())):
+            assert self.KEY not in text and self.TOKEN not in text
+        assert "--api-key" not in s.argv and "--hf-token" not in s.argv
+        env = spec.child_env(key)
+        assert env["LLAMA_API_KEY"] == self.KEY and env["HF_TOKEN"] == self.TOKEN
+
+    def test_command_line_key_replaces_the_recipe_key(self, fake_bin: Path) -> None:
+        _user_recipe("keyed", {"--api-key": self.KEY})
+        _, key = spec.resolve("keyed", model=Path("/m/t.gguf"), draft=Path("/m/d.gguf"), extra=["--api-key", "other"])
+        assert key == "other"
+
+    def test_print_cmd_masks_a_recipe_key(self, fake_bin: Path) -> None:
+        _user_recipe("keyed", {"--api-key": self.KEY})
+        r = CliRunner().invoke(app, ["serve", "keyed", "--model", "/m/t.gguf", "--draft", "/m/d.gguf", "--print-cmd"])
+        assert r.exit_code == 0, r.output
+        assert self.KEY not in r.output and r.stdout.startswith("LLAMA_API_KEY=**** ") and "--api-key" not in r.stdout
+
+
+class TestExposure:
+    """Beyond loopback without an API key is refused unless --no-api-key says it is meant."""
+
+    ARGS = ["--model", "/m/t.gguf", "--draft", "/m/d.gguf", "--host", "0.0.0.0", "--port", "1"]
+
+    @pytest.mark.parametrize("cmd", ["serve", "start"])
+    def test_open_bind_without_key_is_refused(self, fake_bin: Path, cmd: str) -> None:
+        r = CliRunner().invoke(app, [cmd, *self.ARGS])
+        assert r.exit_code == 2, r.output
+        text = flat(r.stderr)
+        assert "--host 0.0.0.0 lets other machines reach this server and no API key is set" in text
+        assert "--api-key" in text and "--no-api-key" in text
+
+    @pytest.mark.parametrize("cmd", ["serve", "start"])
+    @pytest.mark.parametrize("opt", [["--no-api-key"], ["--api-key", "k"], ["--", "--api-key-file", "/k"]])
+    def test_a_key_or_no_api_key_lets_it_through(self, fake_bin: Path, cmd: str, opt: list[str]) -> None:
+        r = CliRunner().invoke(app, [cmd, *self.ARGS, *opt])
+        assert r.exit_code == 3 and "/m/t.gguf does not exist" in flat(r.stderr)  # next check: the models
+
+    def test_a_recipe_key_counts(self, fake_bin: Path) -> None:
+        _user_recipe("keyed", {"--api-key": "k"})
+        r = CliRunner().invoke(app, ["serve", "keyed", *self.ARGS])
+        assert r.exit_code == 3 and "/m/t.gguf does not exist" in flat(r.stderr)
+
+    def test_no_api_key_with_a_key_is_a_contradiction(self, fake_bin: Path) -> None:
+        r = CliRunner().invoke(app, ["serve", *self.ARGS, "--no-api-key", "--api-key", "k"])
+        assert r.exit_code == 2 and "--no-api-key contradicts" in flat(r.stderr)
+
+    def test_setup_refuses_before_its_first_stage(self) -> None:
+        r = CliRunner().invoke(app, ["setup", "--host", "0.0.0.0", "--dry-run"])
+        assert r.exit_code == 2 and "--no-api-key" in flat(r.stderr) and r.stdout == ""
+        r = CliRunner().invoke(app, ["setup", "--host", "0.0.0.0", "--dry-run", "--no-api-key"])
+        assert "no API key is set" not in flat(r.stderr) and "server command" in r.stdout
+
+    def test_loopback_needs_no_key(self, fake_bin: Path) -> None:
+        r = CliRunner().invoke(app, ["serve", *self.ARGS[:4], "--port", "1"])
+        assert r.exit_code == 3 and "/m/t.gguf does not exist" in flat(r.stderr)
+
+    def test_restart_of_a_saved_open_spec_without_key_is_refused(self, fake_bin: Path) -> None:
+        """A stopped instance is started again from spec.json, which holds no key."""
+        from buun_tool.server.instance import Instance
+
+        s, _ = spec.resolve(None, name="open", model=Path("/m/t.gguf"), draft=Path("/m/d.gguf"), host="0.0.0.0",
+                            api_key="k")
+        Instance("open").write_spec(s.to_json())
+        r = CliRunner().invoke(app, ["restart", "open"])
+        assert r.exit_code == 2 and "--no-api-key" in flat(r.stderr)
+        s.no_api_key = True  # said at `buun start --no-api-key`: kept in the spec, so a restart may
+        spec.check_exposure(spec.LaunchSpec.from_json(json.loads(json.dumps(s.to_json()))), None)

@@ -55,6 +55,10 @@ def test_start_chat_crash_restart_stop(buun: Buun) -> None:
     body = reply.json()
     assert body["choices"][0]["message"]["role"] == "assistant" and body["usage"]["completion_tokens"] > 0
     assert body["timings"]["draft_n"] > 0  # the DFlash drafter took part
+    s = requests.Session()
+    s.trust_env = False
+    models = s.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()
+    assert [m["id"] for m in models["data"]] == ["qwen3.5-27b-dflash"]  # the recipe's name, not the GGUF's path
 
     with chat(port, stream=True) as stream:
         assert stream.status_code == 200
@@ -309,17 +313,37 @@ def test_two_instances_side_by_side_and_logs(buun: Buun) -> None:
     assert_none_left(buun)
 
 
-def test_api_key_is_required_and_never_stored(buun: Buun) -> None:
+@pytest.mark.parametrize("given_in", ["command line", "recipe"])
+def test_api_key_is_required_and_never_stored(buun: Buun, isolated_dirs: Path, given_in: str) -> None:
+    """The key (and a recipe's Hub token) reach llama-server through its environment only; every
+    file of the instance is private (0600 in a 0700 folder)."""
     port = free_port()
-    key = "k-" + os.urandom(8).hex()
-    buun.start("secure", port, "--api-key", key, extra=TEST_FLAGS)
+    key, token = "k-" + os.urandom(8).hex(), "hf_" + os.urandom(8).hex()
+    if given_in == "command line":
+        buun.start("secure", port, "--api-key", key, extra=TEST_FLAGS)
+    else:
+        from buun_tool import recipes
+
+        text = recipes.available()["qwen3.5-27b-dflash"].read_text()
+        user = isolated_dirs / "config" / "recipes" / "keyed.yaml"
+        user.parent.mkdir(parents=True)
+        user.write_text(text.replace("    --jinja: true\n", f"    --jinja: true\n    --api-key: {key}\n"
+                                     f"    -hft: {token}\n"))
+        buun("start", "keyed", *buun.launch_args("secure", port, extra=TEST_FLAGS), check=True)
     assert chat(port).status_code == 401
     assert chat(port, api_key=key).status_code == 200
     inst = buun.state_dir / "instances" / "secure"
     for f in inst.iterdir():
-        assert key not in f.read_text(errors="replace"), f
+        assert key not in f.read_text(errors="replace") and token not in f.read_text(errors="replace"), f
     for p in buun.ours():
-        assert key not in " ".join(p.cmdline())
+        assert key not in " ".join(p.cmdline()) and token not in " ".join(p.cmdline())
+    server = psutil.Process(buun.record("secure")["server"]["pid"])
+    assert server.environ()["LLAMA_API_KEY"] == key
+    if given_in == "recipe":
+        assert server.environ()["HF_TOKEN"] == token
+    assert inst.stat().st_mode & 0o777 == 0o700
+    assert {f.name: oct(f.stat().st_mode & 0o777) for f in inst.iterdir()} == {
+        n: oct(0o600) for n in ("lock", "state.json", "spec.json", "server.log", "supervisor.log")}
     assert buun.status("secure")["dflash"] == {"error": "needs the API key (--api-key or BUUN_API_KEY)"}
     status = buun.status("secure", env={"BUUN_API_KEY": key})
     assert status["dflash"]["drafts"] > 0

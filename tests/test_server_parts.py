@@ -180,6 +180,37 @@ class TestInstance:
             os.close(fd)
         assert not inst.is_locked()
 
+    @pytest.mark.parametrize("umask", [0o000, 0o022])
+    def test_state_spec_and_logs_are_private_whatever_the_umask(self, umask: int) -> None:
+        """Folders 0700 and files 0600 (lock, state, spec, logs, a rotated log), also where an earlier
+        version left them wider."""
+        from buun_tool import paths
+
+        old_dir = paths.instances_dir() / "one"
+        old_dir.mkdir(parents=True, mode=0o755)
+        (old_dir / "server.log").write_text("old\n")
+        (old_dir / "server.log").chmod(0o644)
+        before = os.umask(umask)
+        try:
+            inst = Instance("one")
+            fd = inst.try_lock()
+            assert fd is not None
+            os.close(fd)
+            inst.write(Record(name="one", run_id="r"))
+            inst.write_spec({"name": "one"})
+            log = logfile.RotatingLog(inst.log_file, max_bytes=10, keep=1)
+            log.write("a line longer than ten bytes")
+            log.write("another one, so the first is rotated")
+            log.close()
+        finally:
+            os.umask(before)
+        for d in (paths.state_dir(), paths.instances_dir(), inst.dir):
+            assert oct(d.stat().st_mode & 0o777) == oct(0o700), d
+        files = sorted(inst.dir.iterdir())
+        assert [f.name for f in files] == ["lock", "server.log", "server.log.1", "spec.json", "state.json"]
+        for f in files:
+            assert oct(f.stat().st_mode & 0o777) == oct(0o600), f
+
     def test_bad_names(self) -> None:
         from buun_tool.errors import UsageError
 

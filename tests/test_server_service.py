@@ -103,6 +103,21 @@ def test_an_api_key_is_never_written(unit_env: dict) -> None:
     assert install(unit_env, "--name", "k", "--host", "0.0.0.0", "--", "--api-key-file", "/etc/k").exit_code == 0
 
 
+def test_a_hub_token_is_never_written(unit_env: dict) -> None:
+    r = install(unit_env, "--name", "k", "--", "-hft", "hf_sekrit")
+    assert r.exit_code == 2 and "-hft after `--` would be written into the unit file" in " ".join(r.stderr.split())
+    assert not (unit_env["dir"] / "buun-k.service").exists()
+
+
+def test_an_open_unit_without_key_is_refused_unless_no_api_key(unit_env: dict) -> None:
+    r = install(unit_env, "--name", "o", "--host", "0.0.0.0")
+    assert r.exit_code == 2 and "--no-api-key" in " ".join(r.stderr.split())
+    assert not (unit_env["dir"] / "buun-o.service").exists()
+    assert install(unit_env, "--name", "o", "--host", "0.0.0.0", "--no-api-key").exit_code == 0
+    argv = exec_start((unit_env["dir"] / "buun-o.service").read_text())
+    assert "--no-api-key" in argv  # the unit's `buun serve` would refuse without it
+
+
 def test_uninstall(unit_env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(service.shutil, "which", lambda name: None)  # no systemctl to call
     assert install(unit_env, "--name", "u").exit_code == 0

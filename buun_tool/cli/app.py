@@ -15,7 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from buun_tool import __version__
-from buun_tool.console import err
+from buun_tool.console import err, labelled
 from buun_tool.errors import BuunError, Exit
 
 PIPELINE = "Pipeline (the stages of `buun setup`, in order)"
@@ -40,9 +40,9 @@ class _Group(TyperGroup):
         except BuunError as exc:
             if os.environ.get("BUUN_DEBUG"):
                 raise
-            err.print(f"[bold red]error:[/] {exc.message}", markup=True, highlight=False)
+            err.print(labelled("error:", "bold red", exc.message))
             if exc.hint:
-                err.print(f"[bold]hint:[/] {exc.hint}")
+                err.print(labelled("hint:", "bold", exc.hint))
             ctx.exit(int(exc.exit_code))
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/]: re-run the same command to resume")

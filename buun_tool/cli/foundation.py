@@ -14,6 +14,7 @@ from pathlib import Path
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from buun_tool import build as build_stage
 from buun_tool import console, patches, recipes
@@ -40,7 +41,7 @@ def doctor(
             table.add_column(col)
         for c in checks:
             style = _STATUS_STYLE[c.status]
-            table.add_row(c.name, f"[{style}]{c.status}[/]", c.detail, c.fix)
+            table.add_row(c.name, f"[{style}]{c.status}[/]", Text(c.detail), Text(c.fix))  # literal: paths, versions
         console.out.print(table)
     failed = [c.name for c in checks if c.failed]
     if failed:

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from buun_tool import console, recipes
 from buun_tool.errors import UsageError
@@ -101,7 +102,7 @@ def list_recipes(json_out: JsonOpt = False) -> None:
     for col in ("name", "description", "file"):
         table.add_column(col)
     for row in rows:
-        desc = row["description"] if not row["error"] else f"[red]invalid:[/] {row['error']}"
+        desc = Text(row["description"]) if not row["error"] else console.labelled("invalid:", "red", row["error"])
         table.add_row(row["name"], desc, row["source"])
     console.out.print(table)
 

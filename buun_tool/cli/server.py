@@ -2,7 +2,8 @@
 
     buun serve [RECIPE] [--model T.gguf --draft D.gguf] [--port 8080] [-- LLAMA-SERVER FLAGS]
                                           supervise in the foreground (Ctrl-C stops)
-    buun serve --print-cmd [-- -c 4096]   show the llama-server command (secrets masked)
+    buun serve --host 0.0.0.0 --api-key KEY   other machines may connect (without a key: --no-api-key)
+    buun serve --print-cmd [-- -c 4096]   show the llama-server command (secrets masked; models may be missing)
     buun start [RECIPE] [same options]    the same supervisor, detached; returns once ready
     buun stop [NAME] [--all]              SIGTERM, grace, SIGKILL: no process left behind
     buun restart [NAME]                   relaunch llama-server (a stopped instance: start it again)
@@ -38,7 +39,13 @@ RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file 
 NameOpt = Annotated[str | None, typer.Option("--name", help="Instance name (default: the recipe's name).")]
 ModelOpt = Annotated[Path | None, typer.Option("--model", help="Target GGUF (default: the one `buun pull` made).")]
 DraftOpt = Annotated[Path | None, typer.Option("--draft", help="DFlash drafter GGUF (default: `buun convert`'s).")]
-HostOpt = Annotated[str, typer.Option("--host", help="Address to bind; anything but loopback wants --api-key.")]
+HostOpt = Annotated[str, typer.Option(
+    "--host", help="Address to bind. Anything but loopback (127.0.0.1, ::1, localhost) lets other machines in: "
+    "buun refuses it without an API key (--api-key, BUUN_API_KEY, the recipe's or `-- --api-key-file FILE`) "
+    "unless --no-api-key is given.")]
+NoKeyOpt = Annotated[bool, typer.Option(
+    "--no-api-key", help="Serve beyond loopback without an API key, on purpose: anyone who reaches the port "
+    "can use the server.")]
 PortOpt = Annotated[int, typer.Option("--port", help="Port to listen on.")]
 ApiKeyOpt = Annotated[str | None, typer.Option(
     "--api-key", envvar=spec_mod.API_KEY_ENV, show_envvar=True, show_default=False,
@@ -79,12 +86,6 @@ def _split_extra(ctx: typer.Context, recipe: str | None) -> tuple[str | None, li
     return recipe, list(ctx.args)
 
 
-def _warn_exposed(spec: spec_mod.LaunchSpec, api_key: str | None) -> None:
-    if not command.is_loopback(spec.host) and not command.has_auth(spec.flags, api_key):
-        console.warn(f"--host {spec.host} lets other machines use this server and no API key is set: "
-                     "anyone who can reach the port can use it (pass --api-key or set BUUN_API_KEY)")
-
-
 def _printer(spec: spec_mod.LaunchSpec):
     def show(kind: str, message: str) -> None:
         if kind == "phase":
@@ -103,7 +104,7 @@ def _printer(spec: spec_mod.LaunchSpec):
 def serve(
     ctx: typer.Context, recipe: RecipeArg = None, name: NameOpt = None, model: ModelOpt = None,
     draft: DraftOpt = None, host: HostOpt = spec_mod.DEFAULT_HOST, port: PortOpt = spec_mod.DEFAULT_PORT,
-    api_key: ApiKeyOpt = None, drop: DropOpt = None,
+    api_key: ApiKeyOpt = None, no_api_key: NoKeyOpt = False, drop: DropOpt = None,
     print_cmd: Annotated[bool, typer.Option("--print-cmd", help="Print the llama-server command and exit.")] = False,
     ready_timeout: ReadyTimeout = _P.ready_timeout, health_interval: HealthInterval = _P.health_interval,
     health_timeout: HealthTimeout = _P.health_timeout, health_failures: HealthFailures = _P.health_failures,
@@ -120,11 +121,14 @@ def serve(
     policy = _policy(ready_timeout, health_interval, health_timeout, health_failures, max_crashes, crash_window,
                      backoff, backoff_max, stop_timeout, log_max_mb, log_keep)
     spec, key = spec_mod.resolve(recipe, name=name, model=model, draft=draft, host=host, port=port, extra=extra,
-                                 drops=drop, api_key=api_key, policy=policy)
-    if print_cmd:
+                                 drops=drop, api_key=api_key, no_api_key=no_api_key, policy=policy,
+                                 need_models=not print_cmd)
+    if print_cmd:  # also before the models exist: the command shows the paths they will have
         console.out.print(command.display(spec.argv, key), markup=False)
+        for problem in spec.missing_files():
+            console.warn(f"{problem.message}; {problem.hint}")
         return
-    _warn_exposed(spec, key)
+    spec_mod.check_exposure(spec, key)
     spec.check_files()
     inst = Instance(spec.name)
     fd = inst.try_lock()
@@ -141,7 +145,7 @@ def serve(
 def start(
     ctx: typer.Context, recipe: RecipeArg = None, name: NameOpt = None, model: ModelOpt = None,
     draft: DraftOpt = None, host: HostOpt = spec_mod.DEFAULT_HOST, port: PortOpt = spec_mod.DEFAULT_PORT,
-    api_key: ApiKeyOpt = None, drop: DropOpt = None,
+    api_key: ApiKeyOpt = None, no_api_key: NoKeyOpt = False, drop: DropOpt = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Return once ready (or failed).")] = True,
     ready_timeout: ReadyTimeout = _P.ready_timeout, health_interval: HealthInterval = _P.health_interval,
     health_timeout: HealthTimeout = _P.health_timeout, health_failures: HealthFailures = _P.health_failures,
@@ -157,8 +161,8 @@ def start(
     policy = _policy(ready_timeout, health_interval, health_timeout, health_failures, max_crashes, crash_window,
                      backoff, backoff_max, stop_timeout, log_max_mb, log_keep)
     spec, key = spec_mod.resolve(recipe, name=name, model=model, draft=draft, host=host, port=port, extra=extra,
-                                 drops=drop, api_key=api_key, policy=policy)
-    _warn_exposed(spec, key)
+                                 drops=drop, api_key=api_key, no_api_key=no_api_key, policy=policy)
+    spec_mod.check_exposure(spec, key)
     spec.check_files()
     console.step(f"starting {spec.name} on {spec.url}")
     try:
@@ -233,7 +237,7 @@ def _print_status(d: dict[str, Any]) -> None:
 
     def row(label: str, value: Any) -> None:
         if value not in (None, "", []):
-            out.print(f"  {label:<10} {value}", highlight=False)
+            out.print(f"  {label:<10} {value}", markup=False)
 
     if d.get("phase"):
         row("phase", d["phase"])
@@ -299,7 +303,7 @@ service_app = typer.Typer(help="Run the server as a systemd user service.", no_a
 def service_install(
     ctx: typer.Context, recipe: RecipeArg = None, name: NameOpt = None, model: ModelOpt = None,
     draft: DraftOpt = None, host: HostOpt = spec_mod.DEFAULT_HOST, port: PortOpt = spec_mod.DEFAULT_PORT,
-    drop: DropOpt = None,
+    no_api_key: NoKeyOpt = False, drop: DropOpt = None,
     now: Annotated[bool, typer.Option("--now", help="Also enable and start it (systemctl --user).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Overwrite a unit with other settings.")] = False,
     ready_timeout: ReadyTimeout = _P.ready_timeout, health_interval: HealthInterval = _P.health_interval,
@@ -314,13 +318,19 @@ def service_install(
     recipe, extra = _split_extra(ctx, recipe)
     policy = _policy(ready_timeout, health_interval, health_timeout, health_failures, max_crashes, crash_window,
                      backoff, backoff_max, stop_timeout, log_max_mb, log_keep)
+    in_args = command.take_secrets(command.parse_args(extra))[1]
+    if in_args:
+        raise UsageError(f"{', '.join(in_args)} after `--` would be written into the unit file in clear",
+                         "put an API key in a file (mode 600) and pass `-- --api-key-file FILE`")
+    if os.environ.get(spec_mod.API_KEY_ENV):
+        console.warn(f"the unit does not get {spec_mod.API_KEY_ENV}; for an API key pass `-- --api-key-file FILE`")
+    # the key the unit's `buun serve` will have: only the recipe's (it reads the recipe again)
     spec, key = spec_mod.resolve(recipe, name=name, model=model, draft=draft, host=host, port=port, extra=extra,
-                                 drops=drop, policy=policy)
-    if key:
-        raise UsageError("an API key would be written into the unit file in clear",
-                         "put it in a file (mode 600) and pass `-- --api-key-file FILE`")
-    _warn_exposed(spec, None)
+                                 drops=drop, no_api_key=no_api_key, policy=policy)
+    spec_mod.check_exposure(spec, key)
     args = [recipe or spec.recipe, "--name", spec.name, "--host", host, "--port", str(port)]
+    if no_api_key:
+        args.append("--no-api-key")
     if model:
         args += ["--model", spec.target]
     if draft:

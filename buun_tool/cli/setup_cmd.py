@@ -1,7 +1,7 @@
 """`buun setup`: doctor -> vendor -> patch -> build -> pull -> drafter -> convert -> serve -> smoke test.
 
     buun setup [RECIPE] [--yes] [--cpu] [--dry-run] [--models-dir DIR] [--recipe-file PATH]
-               [--host H] [--port P] [--api-key KEY] [-- LLAMA_SERVER_FLAGS...]
+               [--host H] [--port P] [--api-key KEY | --no-api-key] [-- LLAMA_SERVER_FLAGS...]
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from rich.table import Table
 from buun_tool import console, doctor, paths, recipes
 from buun_tool import setup as setup_stage
 from buun_tool.errors import UsageError
+from buun_tool.server import command
 from buun_tool.server import spec as spec_mod
 
 _STYLE = {"skip": "green", "run": "yellow", "check": "cyan"}
@@ -34,6 +35,8 @@ def setup(
     port: Annotated[int, typer.Option("--port", help="Port of the server.")] = spec_mod.DEFAULT_PORT,
     api_key: Annotated[str | None, typer.Option("--api-key", help="Require this key from clients.",
                                                 envvar=spec_mod.API_KEY_ENV, show_envvar=False)] = None,
+    no_api_key: Annotated[bool, typer.Option("--no-api-key", help="Serve beyond loopback without an API key, "
+                                             "on purpose (else refused).")] = False,
 ) -> None:
     """Set up everything and start the server: each stage is skipped when already done.
 
@@ -41,8 +44,11 @@ def setup(
     if recipe and recipe_file:
         raise UsageError("give a recipe name or --recipe-file, not both")
     r = recipes.load(str(recipe_file) if recipe_file else recipe)
+    # before any stage: an open bind without a key would only be refused at the last one
+    flags = command.merge(command.recipe_flags(r.server_flags), command.parse_args(list(ctx.args)))
+    command.check_exposure(host, flags, api_key, no_api_key)
     context = setup_stage.Context(r, models_dir=models_dir, cpu=cpu, host=host, port=port, api_key=api_key,
-                                  extra=list(ctx.args))
+                                  no_api_key=no_api_key, extra=list(ctx.args))
     if dry_run:
         _print_plan(context)
         return
@@ -61,7 +67,7 @@ def _print_plan(context: setup_stage.Context) -> None:
     for row in rows:  # long details below the table, where they are not wrapped into a column
         if row.detail:
             label = "server command" if row.stage == "serve" else row.stage
-            console.out.print(f"{label}: {row.detail}")
+            console.out.print(f"{label}: {row.detail}", markup=False)
     root = context.layout.root
     probe = next((p for p in [root, *root.parents] if p.exists()), Path("/"))
     console.out.print(f"disk: {doctor.disk_needed(context.recipe) / 2**30:.1f} GiB needed in all for "

@@ -2,10 +2,12 @@
 
 A flag is a (name, value) pair; value None is a bare switch. The recipe gives an ordered list,
 the user overrides it (extra args after `--`) or drops entries (`--drop FLAG`), and buun adds
-what it must know itself: -m, -md, --host, --port and --metrics. Flags are compared by their
+what it must know itself: -m, -md, --host, --port and --metrics, and --alias (the recipe's name)
+unless the user gives one. Flags are compared by their
 canonical spelling, so `-c 4096` replaces a recipe's `--ctx-size`, and `--no-X` replaces `--X`.
-The API key never enters the argv: it goes to llama-server through LLAMA_API_KEY, so it is not
-visible in `ps`, in the state file, in logs or in --print-cmd.
+Secrets never enter the argv, from the command line or from a recipe alike: the API key goes to
+llama-server through LLAMA_API_KEY and a Hub token through HF_TOKEN (llama-server's own variables
+for them), so neither is visible in `ps`, in the state or spec file, in logs or in --print-cmd.
 """
 
 from __future__ import annotations
@@ -76,9 +78,11 @@ _CANONICAL = {spelling: group[0] for group in ALIAS_GROUPS for spelling in group
 # Flags buun sets itself: the supervisor must know the address it probes and the files it checks.
 MANAGED = {"-m": "--model", "-md": "--draft", "--host": "--host", "--port": "--port"}
 ALWAYS_ON = ("--metrics",)  # `buun status` reads /metrics
-SECRET_FLAGS = ("--api-key", "-hft")
+# Flags whose value is a secret (by canonical spelling), and the variable llama-server reads it from.
+SECRET_ENV: Mapping[str, str] = {"--api-key": "LLAMA_API_KEY", "-hft": "HF_TOKEN"}
+SECRET_FLAGS = tuple(SECRET_ENV)
 MASK = "****"
-API_KEY_ENV = "LLAMA_API_KEY"  # llama-server's own variable for --api-key
+API_KEY_ENV = SECRET_ENV["--api-key"]
 
 
 def canonical(flag: str) -> str:
@@ -168,23 +172,31 @@ def check_drops(drops: Iterable[str]) -> None:
                              "-m, -md, --host and --port come from buun's own options")
 
 
-def take_secret(flags: Sequence[Flag]) -> tuple[list[Flag], str | None]:
-    """Pull `--api-key` out of the flags; its value is passed through the environment instead."""
-    key = None
+def take_secrets(flags: Sequence[Flag]) -> tuple[list[Flag], dict[str, str]]:
+    """Pull every secret flag out of the flags: (the rest, {canonical flag: value}). Their values
+    reach llama-server through the environment instead (SECRET_ENV); the last one given wins."""
+    secrets: dict[str, str] = {}
     rest: list[Flag] = []
     for name, value in flags:
-        if canonical(name) == "--api-key":
-            key = value
-        else:
+        key = canonical(name)
+        if key not in SECRET_ENV:
             rest.append((name, value))
-    return rest, key
+        elif value is None:
+            raise UsageError(f"{name} needs a value", f"{name} VALUE (or leave the flag out)")
+        else:
+            secrets[key] = value
+    return rest, secrets
 
 
-def server_argv(binary: str, target: str, draft: str, host: str, port: int, flags: Sequence[Flag]) -> list[str]:
-    """The full argv: models first, then the recipe/user flags, then the address and --metrics."""
+def server_argv(binary: str, target: str, draft: str, host: str, port: int, flags: Sequence[Flag],
+                alias: str | None = None) -> list[str]:
+    """The full argv: models first, then the recipe/user flags, then the model's name (`alias`,
+    unless the flags name it), the address and --metrics."""
     argv = [binary, "-m", target, "-md", draft]
     for name, value in flags:
         argv += [name] if value is None else [name, value]
+    if alias and not any(canonical(name) == "-a" for name, _ in flags):
+        argv += ["--alias", alias]  # what /v1/models and responses call the model, not the GGUF's path
     argv += ["--host", host, "--port", str(port)]
     argv += [f for f in ALWAYS_ON if f not in argv]
     return argv
@@ -207,6 +219,16 @@ def display(argv: Sequence[str], api_key: str | None = None) -> str:
 
 def has_auth(flags: Sequence[Flag], api_key: str | None) -> bool:
     return bool(api_key) or any(canonical(n) in ("--api-key", "--api-key-file") for n, _ in flags)
+
+
+def check_exposure(host: str, flags: Sequence[Flag], api_key: str | None, no_api_key: bool) -> None:
+    """Refuse to serve beyond loopback without an API key, unless the user said so (--no-api-key):
+    anyone who can reach the port could use the server."""
+    if no_api_key or is_loopback(host) or has_auth(flags, api_key):
+        return
+    raise UsageError(f"--host {host} lets other machines reach this server and no API key is set",
+                     "pass --api-key KEY (or set BUUN_API_KEY, or `-- --api-key-file FILE`); to serve "
+                     "without a key on purpose, pass --no-api-key")
 
 
 def is_loopback(host: str) -> bool:

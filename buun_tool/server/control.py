@@ -21,10 +21,11 @@ import psutil
 
 import buun_tool
 from buun_tool.errors import BuunError, Exit, UsageError
+from buun_tool.fsutil import open_private
 from buun_tool.server import gpu, logfile, metrics, process
 from buun_tool.server.health import Probe, slots_summary
 from buun_tool.server.instance import Instance, all_instances, live
-from buun_tool.server.spec import API_KEY_ENV, LaunchSpec
+from buun_tool.server.spec import API_KEY_ENV, LaunchSpec, check_exposure
 from buun_tool.server.state import Record, State
 
 Progress = Callable[[str], None]
@@ -69,6 +70,7 @@ def start_detached(spec: LaunchSpec, api_key: str | None, wait: bool = True,
                    progress: Progress | None = None) -> Record | None:
     """Launch a supervisor in its own session (it outlives this process); with `wait`, return
     once the server is ready, or raise the cause it failed with."""
+    check_exposure(spec, api_key)  # here too for setup and a restart from the saved spec
     inst = Instance(spec.name)
     fd = inst.try_lock()
     if fd is None:
@@ -82,7 +84,7 @@ def start_detached(spec: LaunchSpec, api_key: str | None, wait: bool = True,
             env[API_KEY_ENV] = api_key
         pkg_root = str(Path(buun_tool.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
-        with open(inst.supervisor_log, "ab") as out:
+        with open_private(inst.supervisor_log) as out:
             sup = subprocess.Popen(
                 [sys.executable, "-m", "buun_tool.server.supervisor", spec.name, "--lock-fd", str(fd)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,

@@ -21,6 +21,7 @@ import psutil
 
 from buun_tool import paths
 from buun_tool.errors import Exit, UsageError
+from buun_tool.fsutil import PRIVATE_FILE, open_private, private_dir
 from buun_tool.server.state import ProcRef, Record
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -46,10 +47,16 @@ class Instance:
 
     # --- the lock -------------------------------------------------------------------------
 
+    def make_dir(self) -> Path:
+        """The instance folder, and the state and instances folders above it, private (0700)."""
+        for d in (paths.state_dir(), paths.instances_dir(), self.dir):
+            private_dir(d)
+        return self.dir
+
     def try_lock(self) -> int | None:
         """An fd holding the instance lock, or None when another process holds it."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+        self.make_dir()
+        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -89,6 +96,7 @@ class Instance:
     def write(self, record: Record) -> None:
         """Atomic (rename), so a reader never sees half a record. Lock holders only."""
         record.updated_at = time.time()
+        self.make_dir()
         _write_json(self.state_file, record.to_json())
 
     def read_spec(self) -> dict | None:
@@ -98,13 +106,15 @@ class Instance:
             return None
 
     def write_spec(self, data: dict) -> None:
+        self.make_dir()
         _write_json(self.spec_file, data)
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Atomic (rename) and private (0600) from the start: the temporary file is the final one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    with open_private(tmp, append=False) as f:
+        f.write((json.dumps(data, indent=2) + "\n").encode())
     os.replace(tmp, path)
 
 

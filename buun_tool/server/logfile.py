@@ -1,7 +1,8 @@
 """The instance log: written with size-based rotation, read back with tail and follow.
 
 The supervisor writes llama-server's output and its own events (prefixed "[buun]") to
-server.log; past `max_bytes` it becomes server.log.1 (older ones shift up, `keep` are kept).
+server.log; past `max_bytes` it becomes server.log.1 (older ones shift up, `keep` are kept). Logs
+are private (0600) like the rest of the instance folder: they show paths, flags and requests.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from buun_tool.fsutil import open_private, private_dir
+
 DEFAULT_MAX_BYTES = 10 * 2**20
 DEFAULT_KEEP = 3
 
@@ -23,8 +26,8 @@ class RotatingLog:
     def __init__(self, path: Path, max_bytes: int = DEFAULT_MAX_BYTES, keep: int = DEFAULT_KEEP):
         self.path, self.max_bytes, self.keep = path, max_bytes, keep
         self._lock = threading.Lock()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(path, "ab")
+        private_dir(path.parent)
+        self._f = open_private(path)
 
     def write(self, line: str) -> None:
         data = (line if line.endswith("\n") else line + "\n").encode("utf-8", "replace")
@@ -47,7 +50,7 @@ class RotatingLog:
             os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
         else:
             self.path.unlink(missing_ok=True)
-        self._f = open(self.path, "ab")
+        self._f = open_private(self.path)
 
     def close(self) -> None:
         with self._lock:

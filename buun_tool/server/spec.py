@@ -1,6 +1,6 @@
 """One launch of a server: which recipe, models, binary, address and flags, and the rules the
 supervisor follows. Saved as spec.json in the instance folder, so a detached supervisor and
-`buun restart` run exactly what `buun start` resolved. The API key is not part of it.
+`buun restart` run exactly what `buun start` resolved. No secret is part of it.
 """
 
 from __future__ import annotations
@@ -21,9 +21,15 @@ DEFAULT_PORT = 8080
 API_KEY_ENV = "BUUN_API_KEY"  # where buun itself takes the key from (besides --api-key)
 
 
+def default_paths(recipe: recipes.Recipe) -> tuple[Path, Path]:
+    """Where the model pipeline puts the (target, drafter) GGUFs of `recipe`, made yet or not."""
+    lay = pull.layout(recipe)
+    return lay.target_gguf, lay.drafter_gguf()
+
+
 def default_models(recipe: recipes.Recipe) -> tuple[Path, Path]:
     """The (target, drafter) GGUFs the model pipeline made for `recipe`."""
-    target = pull.layout(recipe).target_gguf
+    target = default_paths(recipe)[0]
     if not target.is_file():
         raise NotReadyError(f"the target model of {recipe.name} is not downloaded ({target})",
                             f"run `buun pull {recipe.name}`, or pass --model TARGET.gguf --draft DRAFT.gguf")
@@ -71,11 +77,13 @@ class LaunchSpec:
     flags: list[Flag]
     recipe_flags: list[str]  # flag names the recipe set (for error hints)
     policy: Policy = field(default_factory=Policy)
+    no_api_key: bool = False  # the user said to serve beyond loopback without a key (--no-api-key)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @property
     def argv(self) -> list[str]:
-        return command.server_argv(self.binary, self.target, self.draft, self.host, self.port, self.flags)
+        return command.server_argv(self.binary, self.target, self.draft, self.host, self.port, self.flags,
+                                   alias=self.recipe)
 
     @property
     def url(self) -> str:
@@ -93,23 +101,33 @@ class LaunchSpec:
         d["policy"] = Policy(**d.get("policy", {}))
         return cls(**d)
 
-    def check_files(self) -> None:
-        """What `serve` needs on disk before launching (--print-cmd does not)."""
+    def missing_files(self) -> list[NotReadyError]:
+        """What `serve` needs on disk and does not find, each with what to run."""
+        missing = []
         if not Path(self.binary).is_file():
-            raise NotReadyError(f"llama-server is missing: {self.binary}", "run `buun build`")
+            missing.append(NotReadyError(f"llama-server is missing: {self.binary}", "run `buun build`"))
         for role, path, fix in (("target model", self.target, "buun pull"), ("drafter", self.draft, "buun convert")):
             if not Path(path).is_file():
-                raise NotReadyError(f"the {role} {path} does not exist",
-                                    f"run `{fix}` (or `buun setup`), or pass --{'model' if role[0] == 't' else 'draft'}"
-                                    " with the path of an existing GGUF")
+                missing.append(NotReadyError(
+                    f"the {role} {path} does not exist", f"run `{fix} {self.recipe}` (or `buun setup`), or pass "
+                    f"--{'model' if role[0] == 't' else 'draft'} with the path of an existing GGUF"))
+        return missing
+
+    def check_files(self) -> None:
+        """What `serve` needs on disk before launching (--print-cmd does not)."""
+        for problem in self.missing_files():
+            raise problem
 
 
 def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | None = None,
             draft: Path | None = None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
             extra: list[str] | None = None, drops: list[str] | None = None, api_key: str | None = None,
-            policy: Policy | None = None) -> tuple[LaunchSpec, str | None]:
+            no_api_key: bool = False, policy: Policy | None = None,
+            need_models: bool = True) -> tuple[LaunchSpec, str | None]:
     """A launch spec from a recipe and the command-line options; also the API key to give
-    llama-server (from --api-key, an `--api-key` after `--`, or BUUN_API_KEY)."""
+    llama-server (`api_key`, which the CLI fills from --api-key or BUUN_API_KEY, else an
+    `--api-key` after `--` or in the recipe). No secret flag stays in the spec's flags (see
+    command.SECRET_ENV). Without `need_models` the default models may still be missing (--print-cmd)."""
     from buun_tool.server.instance import check_name
 
     patches.rollback_from_env()  # llama-server would take a misspelt value for the tape without a word
@@ -118,22 +136,35 @@ def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | No
     command.check_unmanaged(base, f"the recipe {recipe.source}")
     overrides = command.parse_args(extra or [])
     command.check_unmanaged(overrides, "the arguments after `--`")
-    overrides, key_in_args = command.take_secret(overrides)
     command.check_drops(drops or [])
-    flags = command.merge(base, overrides, drops or [])
+    # the recipe's secrets and the command line's alike (an override replaces the recipe's)
+    flags, secrets = command.take_secrets(command.merge(base, overrides, drops or []))
     if not 0 < port < 65536:
         raise UsageError(f"--port {port}: expected 1..65535")
     if model is None or draft is None:
-        default_target, default_draft = default_models(recipe)
+        default_target, default_draft = default_models(recipe) if need_models else default_paths(recipe)
         model, draft = model or default_target, draft or default_draft
     spec = LaunchSpec(
         name=check_name(name or recipe.name), recipe=recipe.name, recipe_source=str(recipe.source),
         binary=str(build.find_binary("llama-server")),
         target=str(Path(model).expanduser().resolve()), draft=str(Path(draft).expanduser().resolve()),
         host=host, port=port, flags=flags, recipe_flags=_kept(base, overrides),
-        policy=(policy or Policy()).validate(),
+        policy=(policy or Policy()).validate(), no_api_key=no_api_key,
     )
-    return spec, api_key or key_in_args or os.environ.get(API_KEY_ENV) or None
+    key_in_flags = secrets.pop("--api-key", None)
+    # Other secrets (a Hub token) go where every llama-server launch of this process inherits them
+    # from, a detached supervisor's included; they are not part of the spec.
+    os.environ.update({command.SECRET_ENV[flag]: value for flag, value in secrets.items()})
+    key = api_key or key_in_flags or None
+    if key and no_api_key:
+        raise UsageError("--no-api-key contradicts the API key given (--api-key, BUUN_API_KEY or the recipe)",
+                         "leave out one of them")
+    return spec, key
+
+
+def check_exposure(spec: LaunchSpec, api_key: str | None) -> None:
+    """command.check_exposure for a resolved launch (--no-api-key is kept in the spec for restarts)."""
+    command.check_exposure(spec.host, spec.flags, api_key, spec.no_api_key)
 
 
 def _kept(base: list[Flag], overrides: list[Flag]) -> list[str]:
