@@ -26,10 +26,10 @@ from buun_tool import console, paths, vendor
 from buun_tool.errors import BuunError, NotReadyError, UsageError
 from buun_tool.proc import git, run, run_logged
 
-# test-tree-ssm checks the series' tree ops (patch 0025) on every backend of the build (CI on the
-# CPU build, scripts/gpu_tree.sh on CUDA); test-ddtree its tree builder (0026)
+# the tree patches' checks (CI on the CPU build, scripts/gpu_tree.sh on CUDA): test-tree-ssm the ops
+# of 0025 on every backend of the build, test-ddtree the builder of 0026, test-tree-decode 0027
 TARGETS = ("llama-server", "llama-quantize", "llama-cli", "llama-bench", "llama-speculative-simple",
-           "test-tree-ssm", "test-ddtree")
+           "test-tree-ssm", "test-ddtree", "test-tree-decode")
 VARIANTS = ("cuda", "cpu")
 STAMP = "buun-build.json"
 # The fork's CUDA flags: flash attention for every KV cache type the recipes may choose.

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The tree ops of patch 0025 on CUDA: test-tree-ssm (every node against the chain op over its path,
-# against the CPU, a planted off-by-one parent) on an sm_90 build and on a build with Ampere's
+# The tree patches on CUDA: test-tree-ssm (0025's ops: every node against the chain op over its
+# path, against the CPU, a planted off-by-one parent) on an sm_90 build and on a build with Ampere's
 # compute_86 PTX only (the driver compiles it for the card at load, so the Ampere path runs here);
-# test-backend-ops' check of both tree ops and of the chain ops beside them; and their timings at
-# the 27B's shapes, a chain of 16 against trees of 16, 23 and 32 tokens. ~8 min.
+# test-tree-decode (0027: a tree decoded in one batch against each node's path) on the tiny pair,
+# offloaded; test-backend-ops' check of both tree ops and of the chain ops beside them; and their
+# timings at the 27B's shapes, a chain of 16 against trees of 16, 23 and 32 tokens. ~9 min.
 . "$(dirname "$0")/gpu_lib.sh"
 gpu_vendor
 
@@ -11,7 +12,7 @@ gpu_vendor
 B86=$R/vendor/build/cuda86
 step build 900 bash -c "cmake -S vendor/llama.cpp -B vendor/build/cuda $CUDA_CMAKE -DGGML_CUDA_FA_ALL_QUANTS=OFF \
     -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF > /dev/null \
-    && cmake --build vendor/build/cuda -j 10 --target test-tree-ssm test-backend-ops" &
+    && cmake --build vendor/build/cuda -j 10 --target test-tree-ssm test-tree-decode test-backend-ops" &
 build_pid=$!
 step build86 900 bash -c "cmake -S vendor/llama.cpp -B $B86 $CUDA_CMAKE -DGGML_CUDA_FA_ALL_QUANTS=OFF \
     -DCMAKE_CUDA_ARCHITECTURES=86-virtual -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF > /dev/null \
@@ -22,6 +23,10 @@ step tree-ssm 300 "$BIN/test-tree-ssm"
 tail -1 "$RES/tree-ssm.log" | tee -a "$RES/summary.txt"
 step tree-ssm-86 300 "$B86/bin/test-tree-ssm" -b CUDA0
 tail -1 "$RES/tree-ssm-86.log" | tee -a "$RES/summary.txt"
+tiny=$(python3 -c "from pathlib import Path; from buun_tool import recipes, synth
+print(synth.write_pair(recipes.load(), Path('$W/tiny'), scale='tiny', seed=0)[0])")
+step tree-decode 300 "$BIN/test-tree-decode" -m "$tiny" -ngl 99
+tail -1 "$RES/tree-decode.log" | tee -a "$RES/summary.txt"
 
 for op in GATED_DELTA_NET_TREE SSM_CONV_TREE GATED_DELTA_NET SSM_CONV; do
     gpu_tbo "$op" "" test -o "$op"

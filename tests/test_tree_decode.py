@@ -1,0 +1,36 @@
+"""A tree of tokens decoded in one batch (patch 0027, `llama_set_tree`) on the tiny qwen35 target (f32):
+every token gets the logits that decoding the path from the root to it gives, within a few times
+the noise of two plain decodings of the same path. A DDTree as the server would build it, a chain
+and a star are checked; decoded as a plain chain the same tokens must differ at the branches
+(so the comparison can fail); trees out of pre-order or with wrong positions are refused."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+slow = pytest.mark.slow
+
+
+@slow
+def test_every_token_of_a_tree_gets_its_paths_logits(llama_bin: Path, tiny_pair_f32: tuple[Path, Path]) -> None:
+    # f32 matrices: a token decoded alone and in a batch agree to rounding (the noise control)
+    target, _ = tiny_pair_f32
+    ngl = os.environ.get("BUUN_TEST_NGL", "0")  # 99 against a GPU build, as the harness
+    r = subprocess.run([str(llama_bin / "test-tree-decode"), "-m", str(target), "-ngl", ngl],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    out = r.stdout
+    for tree in ("ddtree depth 7 k 3 budget 14", "chain 8", "star 6"):
+        assert re.search(rf"^{re.escape(tree)}.*: every node as its path .* ok$", out, re.M), out
+    # the chain has no branch to tell apart; the other two must differ as a plain chain
+    assert len(re.findall(r"as a plain chain it differs at the branches .* ok$", out, re.M)) == 2, out
+    for refusal in ("a parent off the path to the token before is refused",
+                    "a position that is not its parent's plus one is refused",
+                    "a plain batch after a refused tree decodes"):
+        assert re.search(rf"^{re.escape(refusal)}\s+ok$", out, re.M), out
+    assert re.search(r"^\d+ passed, 0 failed$", out, re.M), out
