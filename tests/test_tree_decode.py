@@ -2,7 +2,10 @@
 every token gets the logits that decoding the path from the root to it gives, within a few times
 the noise of two plain decodings of the same path. A DDTree as the server would build it, a chain
 and a star are checked; decoded as a plain chain the same tokens must differ at the branches
-(so the comparison can fail); trees out of pre-order or with wrong positions are refused."""
+(so the comparison can fail); trees out of pre-order or with wrong positions are refused. Then
+(patch 0028, `llama_tree_commit`) every path of each tree is committed and one more token decoded:
+its logits are those of decoding the prompt, the path and the token plainly, and not those of a
+neighbour's path."""
 
 from __future__ import annotations
 
@@ -29,7 +32,12 @@ def test_every_token_of_a_tree_gets_its_paths_logits(llama_bin: Path, tiny_pair_
         assert re.search(rf"^{re.escape(tree)}.*: every node as its path .* ok$", out, re.M), out
     # the chain has no branch to tell apart; the other two must differ as a plain chain
     assert len(re.findall(r"as a plain chain it differs at the branches .* ok$", out, re.M)) == 2, out
-    for refusal in ("a parent off the path to the token before is refused",
+    # 0028: every path committed, then a token, as if decoded plainly; a neighbour's path differs
+    assert len(re.findall(r"each path committed, then a token, as decoded plainly .* ok$", out, re.M)) == 3, out
+    assert len(re.findall(r"a neighbour's path differs after the commit .* ok$", out, re.M)) == 2, out
+    for refusal in ("a commit of tokens that are no path is refused",
+                    "a commit after a plain batch is refused",
+                    "a parent off the path to the token before is refused",
                     "a position that is not its parent's plus one is refused",
                     "a plain batch after a refused tree decodes"):
         assert re.search(rf"^{re.escape(refusal)}\s+ok$", out, re.M), out
