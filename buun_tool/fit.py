@@ -183,13 +183,13 @@ def recurrent_planes(f: FitFlags) -> int:
 
 def recurrent_tape(t: synth.TargetGeometry, f: FitFlags) -> int:
     """Patch 0005's tape for one verify of n_rs_seq + 1 tokens: per delta-net layer and token the
-    conv inputs, the gate and beta (f32), and per layer a zero row of gate and beta (what a replay
-    reads past the accepted count)."""
+    conv inputs, the gate and beta (f32), and per layer a zero row of each (what a replay reads past
+    the accepted count; the conv inputs' since 0028)."""
     if not f.spec or f.rollback != "tape":
         return 0
     per_token = t.conv_dim + 2 * t.linear_num_value_heads
     layers = t.num_hidden_layers - t.n_full_attention
-    return (f.n_parallel * (f.draft_max + 1) * per_token + 2 * t.linear_num_value_heads) * layers * 4
+    return (f.n_parallel * (f.draft_max + 1) + 1) * per_token * layers * 4
 
 
 def recurrent(t: synth.TargetGeometry, f: FitFlags) -> int:
