@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from buun_tool import console, paths, vendor
+from buun_tool import console, patches, paths, vendor
 from buun_tool.errors import BuunError, NotReadyError, UsageError
 from buun_tool.proc import git, run, run_logged
 
@@ -233,6 +233,7 @@ class BuildResult:
 
 def build(p: BuildPlan, force: bool = False) -> BuildResult:
     src = vendor.require_vendored()
+    patches.require_applied()  # before anything is configured or compiled
     stamp = _stamp_for(p, src)
     bdir = p.build_dir
     if not force and read_stamp(p.variant) == stamp and _binaries_present(p.variant, p.targets):
