@@ -23,6 +23,21 @@ class Exit(IntEnum):
     INTERRUPTED = 130
 
 
+# What a Ctrl-C prints, wherever it lands: every stage resumes where it stopped.
+INTERRUPTED = "interrupted: re-run the same command to resume"
+
+
+def exit_interrupted() -> None:
+    """One line and exit 130; a second Ctrl-C while it prints must not turn it into a traceback."""
+    import signal
+    import sys
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.stderr.write(f"{INTERRUPTED}\n")
+    sys.stderr.flush()
+    raise SystemExit(int(Exit.INTERRUPTED))
+
+
 class BuunError(Exception):
     """A failure with a message for the user and a hint saying what to do next."""
 

@@ -16,7 +16,7 @@ from typer.core import TyperGroup
 
 from buun_tool import __version__
 from buun_tool.console import err
-from buun_tool.errors import BuunError, Exit
+from buun_tool.errors import BuunError, exit_interrupted
 
 PIPELINE = "Pipeline (the stages of `buun setup`, in order)"
 SERVER = "Server"
@@ -44,9 +44,8 @@ class _Group(TyperGroup):
             if exc.hint:
                 err.print(f"[bold]hint:[/] {exc.hint}")
             ctx.exit(int(exc.exit_code))
-        except KeyboardInterrupt:
-            err.print("[yellow]interrupted[/]: re-run the same command to resume")
-            ctx.exit(int(Exit.INTERRUPTED))
+        except (KeyboardInterrupt, typer.Abort):  # Abort: Ctrl-C at a confirmation prompt
+            exit_interrupted()
 
 
 app = typer.Typer(
