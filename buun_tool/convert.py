@@ -35,7 +35,7 @@ from buun_tool.errors import BuunError, Exit, NotReadyError
 from buun_tool.fsutil import sha256_file, write_json_atomic
 from buun_tool.gguf_tools import GLOBAL_TENSORS, LAYER_TENSORS, OPTIONAL_TENSORS, GgufFile
 from buun_tool.proc import run_logged
-from buun_tool.pull import DISK_RESERVE, Layout, layout, require_pulled
+from buun_tool.pull import DISK_RESERVE, Layout, disk_hint, layout, require_pulled
 from buun_tool.recipes import Recipe
 
 # The converter's dependencies. Its own requirements file pins torch 2.11 from the PyTorch CPU
@@ -120,8 +120,7 @@ def check_disk(lay: Layout, recipe: Recipe) -> None:
     free = shutil.disk_usage(where).free
     if free < need:
         raise BuunError(f"not enough disk space in {where} to convert: about {need / 2**30:.1f} GiB needed, "
-                        f"{free / 2**30:.1f} GiB free", "free some space or pass --models-dir on a larger disk",
-                        Exit.DISK)
+                        f"{free / 2**30:.1f} GiB free", disk_hint(lay.root, need, free), Exit.DISK)
 
 
 def intermediate_type(facts: dict[str, Any]) -> str:

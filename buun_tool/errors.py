@@ -7,6 +7,7 @@ a traceback (set BUUN_DEBUG=1 to see one).
 
 from __future__ import annotations
 
+import errno
 from enum import IntEnum
 
 
@@ -52,6 +53,18 @@ class BuunError(Exception):
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
+
+
+# errno values that mean "no room left": the disk, or the user's quota on it
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(exc: OSError, what: str | None = None) -> BuunError:
+    """The error for a write that found the disk full (anywhere: records, logs, downloads)."""
+    where = what or (f"write {exc.filename}" if exc.filename else "finish writing")
+    return BuunError(f"the disk is full: could not {where} ({exc.strerror or 'no space left on device'})",
+                     "free some space (`df -h` shows where) and run the same command again: finished work is "
+                     "kept and nothing half-written was left behind", Exit.DISK)
 
 
 class UsageError(BuunError):

@@ -94,3 +94,14 @@ def test_build_refuses_a_tree_without_the_whole_series(fake_project: FakeProject
     assert not paths.build_dir("cpu").exists()  # refused before cmake configured anything
     patches.apply()
     patches.require_applied()  # the whole series: the build may go on
+
+
+def test_a_full_disk_is_a_clean_error_whatever_write_meets_it(fake_project: FakeProject) -> None:
+    vendor.vendor()  # an empty series: nothing to apply
+    log = paths.build_dir("cpu") / "build.log"
+    log.parent.mkdir(parents=True)
+    log.symlink_to("/dev/full")  # every write to the build log answers ENOSPC, as on a full disk
+    result = runner.invoke(app, ["build", "--cpu", "--ui", "none"])
+    assert result.exit_code == Exit.DISK, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)  # no traceback
+    assert "the disk is full" in result.output and "free some space" in result.output

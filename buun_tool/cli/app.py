@@ -16,7 +16,7 @@ from typer.core import TyperGroup
 
 from buun_tool import __version__
 from buun_tool.console import err
-from buun_tool.errors import BuunError, exit_interrupted
+from buun_tool.errors import DISK_FULL, BuunError, disk_full, exit_interrupted
 
 PIPELINE = "Pipeline (the stages of `buun setup`, in order)"
 SERVER = "Server"
@@ -40,12 +40,20 @@ class _Group(TyperGroup):
         except BuunError as exc:
             if os.environ.get("BUUN_DEBUG"):
                 raise
-            err.print(f"[bold red]error:[/] {exc.message}", markup=True, highlight=False)
-            if exc.hint:
-                err.print(f"[bold]hint:[/] {exc.hint}")
-            ctx.exit(int(exc.exit_code))
+            _report(ctx, exc)
+        except OSError as exc:  # a full disk can meet any write, not only those that expect it
+            if exc.errno not in DISK_FULL or os.environ.get("BUUN_DEBUG"):
+                raise
+            _report(ctx, disk_full(exc))
         except (KeyboardInterrupt, typer.Abort):  # Abort: Ctrl-C at a confirmation prompt
             exit_interrupted()
+
+
+def _report(ctx: click.Context, exc: BuunError) -> None:
+    err.print(f"[bold red]error:[/] {exc.message}", markup=True, highlight=False)
+    if exc.hint:
+        err.print(f"[bold]hint:[/] {exc.hint}")
+    ctx.exit(int(exc.exit_code))
 
 
 app = typer.Typer(
