@@ -222,7 +222,7 @@ def _local_entry(folder: Path, entry: dict[str, Any] | None, remote: RemoteFile,
     if not path.is_file() or path.stat().st_size != remote.size:
         return None
     st = path.stat()
-    if (entry and not verify and entry.get("size") == remote.size and entry.get("mtime_ns") == st.st_mtime_ns
+    if (entry and not verify and unchanged(path, entry)
             and _matches(remote, entry.get("sha256"), entry.get("git_oid"))):
         return entry
     sha256, git_oid = _hashes(path)
@@ -230,6 +230,13 @@ def _local_entry(folder: Path, entry: dict[str, Any] | None, remote: RemoteFile,
         return None
     return {"size": remote.size, "sha256": sha256, "git_oid": git_oid, "lfs": remote.sha256 is not None,
             "mtime_ns": st.st_mtime_ns}
+
+
+def unchanged(path: Path, entry: dict[str, Any]) -> bool:
+    """Whether a manifest entry's hashes still hold for `path`: the size and mtime it had when
+    it was hashed. Any write (a flipped byte, a copy) changes the mtime."""
+    st = path.stat()
+    return entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns
 
 
 def plan_repo(api: HfApi, recipe: Recipe, role: str, folder: Path, token: str | None, verify: bool) -> RepoPlan:
