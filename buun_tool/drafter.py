@@ -128,6 +128,16 @@ def tokenizer_files(recipe: Recipe) -> tuple[str, ...]:
     return recipe.tokenizer.files
 
 
+def is_prepared(recipe: Recipe, models_dir: Path | None = None) -> bool:
+    """Whether `prepare` has nothing to do: the folder complete, every copy equal to its source."""
+    try:
+        check_folder(recipe, models_dir)
+    except BuunError:
+        return False
+    lay = layout(recipe, models_dir)
+    return all(filecmp.cmp(lay.tokenizer_dir / n, lay.drafter_dir / n, shallow=False) for n in tokenizer_files(recipe))
+
+
 def prepare(recipe: Recipe, models_dir: Path | None = None) -> DrafterFolder:
     """Copy the tokenizer files into the drafter folder and check the folder is complete."""
     names = tokenizer_files(recipe)

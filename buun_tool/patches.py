@@ -219,6 +219,14 @@ def apply() -> list[str]:
     return _apply_series(repo, start)
 
 
+def describe_applied(applied: list[str]) -> str:
+    """The result line of an apply (`buun patch`, the patch stage of `buun setup`)."""
+    total = len(series())
+    if applied:
+        return f"applied {len(applied)} of {total} patch(es): {', '.join(applied)}"
+    return f"all {total} patch(es) already applied"
+
+
 def check() -> list[str]:
     """Dry run: apply the pending patches in a scratch worktree; the vendored tree is not touched."""
     repo = vendor.require_vendored()
