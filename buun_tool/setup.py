@@ -343,7 +343,9 @@ def plan(ctx: Context) -> list[PlanRow]:
         binary = str(build.find_binary("llama-server"))
     except NotReadyError:
         pass
-    flags = command.merge(command.recipe_flags(ctx.recipe.server_flags), command.parse_args(_server_args(ctx)))
+    overrides = command.parse_args(_server_args(ctx))
+    flags, _ = spec_mod.with_context(ctx.recipe, command.merge(command.recipe_flags(ctx.recipe.server_flags),
+                                                               overrides), overrides)
     argv = command.server_argv(binary, str(lay.target_gguf), str(lay.drafter_gguf()), ctx.host, ctx.port, flags)
     rows: list[PlanRow] = []
     for stage in STAGES:

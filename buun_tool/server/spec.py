@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from buun_tool import build, convert, patches, pull, recipes
+from buun_tool import build, convert, fit, patches, pull, recipes
 from buun_tool.errors import NotReadyError, UsageError
 from buun_tool.server import command
 from buun_tool.server.command import Flag
@@ -72,6 +72,7 @@ class LaunchSpec:
     recipe_flags: list[str]  # flag names the recipe set (for error hints)
     policy: Policy = field(default_factory=Policy)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    context: dict[str, Any] | None = None  # fit.ContextChoice: the -c given and why
 
     @property
     def argv(self) -> list[str]:
@@ -120,7 +121,7 @@ def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | No
     command.check_unmanaged(overrides, "the arguments after `--`")
     overrides, key_in_args = command.take_secret(overrides)
     command.check_drops(drops or [])
-    flags = command.merge(base, overrides, drops or [])
+    flags, context = with_context(recipe, command.merge(base, overrides, drops or []), overrides)
     if not 0 < port < 65536:
         raise UsageError(f"--port {port}: expected 1..65535")
     if model is None or draft is None:
@@ -131,9 +132,21 @@ def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | No
         binary=str(build.find_binary("llama-server")),
         target=str(Path(model).expanduser().resolve()), draft=str(Path(draft).expanduser().resolve()),
         host=host, port=port, flags=flags, recipe_flags=_kept(base, overrides),
-        policy=(policy or Policy()).validate(),
+        policy=(policy or Policy()).validate(), context=context.to_json(),
     )
     return spec, api_key or key_in_args or os.environ.get(API_KEY_ENV) or None
+
+
+def with_context(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag]
+                 ) -> tuple[list[Flag], fit.ContextChoice]:
+    """The flags with -c decided (fit.choose_context): the command line's, the recipe's pinned
+    number, or the largest that fits the GPU here; in the recipe's place, or added."""
+    choice = fit.choose_context(recipe, {n: True if v is None else v for n, v in flags},
+                                from_command_line=any(command.canonical(n) == "-c" for n, _ in overrides))
+    at = next((i for i, (n, _) in enumerate(flags) if command.canonical(n) == "-c"), None)
+    if at is None:
+        return [*flags, ("-c", str(choice.value))], choice
+    return [*flags[:at], (flags[at][0], str(choice.value)), *flags[at + 1:]], choice
 
 
 def _kept(base: list[Flag], overrides: list[Flag]) -> list[str]:
