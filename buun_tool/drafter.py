@@ -111,8 +111,12 @@ def _copy_if_changed(src: Path, dst: Path) -> bool:
     if dst.is_file() and filecmp.cmp(src, dst, shallow=False):
         return False
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk or a Ctrl-C leaves no half copy behind
+        raise
     return True
 
 

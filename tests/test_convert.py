@@ -64,6 +64,17 @@ class TestDrafterFolder:
         vocab.write_text("{}")
         assert drafter.prepare(pulled).copied == ["vocab.json"]
 
+    def test_a_full_disk_leaves_no_half_copy(self, pulled: recipes.Recipe):
+        drafter.prepare(pulled)
+        vocab = pull.layout(pulled).drafter_dir / "vocab.json"
+        vocab.write_text("{}")  # to be copied again
+        tmp = vocab.with_name(f".vocab.json.{os.getpid()}.tmp")
+        tmp.symlink_to("/dev/full")  # the copy's first write answers ENOSPC, as on a full disk
+        res = CliRunner().invoke(app, ["drafter", str(pulled.source)])
+        assert res.exit_code == Exit.DISK, res.output
+        assert "the disk is full" in res.output
+        assert not tmp.is_symlink() and not tmp.exists() and vocab.read_text() == "{}"
+
     def test_refuses_to_overwrite_the_drafters_config(self, pulled: recipes.Recipe, tmp_path: Path):
         data = recipes.load_file(write_recipe(tmp_path / "bad.yaml", tokenizer={
             "repo": "Qwen/Qwen3.5-27B", "files": ["tokenizer.json", "config.json"]}))
