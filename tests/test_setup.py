@@ -62,12 +62,13 @@ def assert_every_stage_has_a_result_line(stderr: str) -> None:
     """A skipped stage says so; one that ran prints an `ok` line before the next stage starts."""
     from buun_tool.setup import STAGES
 
-    blocks = re.split(r"^==> ", stderr, flags=re.M)
+    starts = sorted((m.start(), m.group(1)) for m in re.finditer(r"^==> (\w[\w ]*):", stderr, re.M)
+                    if m.group(1) in {s.name for s in STAGES} | {"smoke test"})
+    segments = {name: stderr[a:b] for (a, name), (b, _) in zip(starts, [*starts[1:], (len(stderr), "")], strict=True)}
     for stage in STAGES:
         if f"{stage.name}: done (inputs unchanged), skipped" in stderr:
             continue
-        block = next((b for b in blocks if b.startswith(f"{stage.name}:")), None)
-        assert block is not None and re.search(r"^ok ", block, re.M), (stage.name, block)
+        assert re.search(r"^ok ", segments.get(stage.name, ""), re.M), (stage.name, segments.get(stage.name))
 
 
 def test_setup_runs_then_skips_everything(setup_env: tuple[Path, int]) -> None:
