@@ -62,8 +62,10 @@ def assert_every_stage_has_a_result_line(stderr: str) -> None:
     """A skipped stage says so; one that ran prints an `ok` line before the next stage starts."""
     from buun_tool.setup import STAGES
 
-    starts = sorted((m.start(), m.group(1)) for m in re.finditer(r"^==> (\w[\w ]*):", stderr, re.M)
-                    if m.group(1) in {s.name for s in STAGES} | {"smoke test"})
+    headers = {f"==> {s.name}: {s.what}": s.name for s in STAGES}  # pull's own `==> drafter: ...` is no stage
+    headers["==> smoke test:"] = "smoke test"
+    starts = sorted((m.start(), headers[m.group(0)])
+                    for m in re.finditer("^(" + "|".join(map(re.escape, headers)) + ")", stderr, re.M))
     segments = {name: stderr[a:b] for (a, name), (b, _) in zip(starts, [*starts[1:], (len(stderr), "")], strict=True)}
     for stage in STAGES:
         if f"{stage.name}: done (inputs unchanged), skipped" in stderr:
