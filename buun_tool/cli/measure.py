@@ -227,7 +227,8 @@ def fit_cmd(
                                                       help="Recurrent-state rollback: tape (buun's patch 0005) or "
                                                       "snapshot (upstream's planes); default: "
                                                       "LLAMA_RS_ROLLBACK, else tape.", show_default=False)] = None,
-    margin: Annotated[float, typer.Option("--margin", help="GiB kept free (display, fragmentation).")] = 0.25,
+    margin: Annotated[float, typer.Option("--margin", help="GiB kept free (display, fragmentation).")
+                      ] = fit.MARGIN_GIB,
     measure_: Annotated[bool, typer.Option("--measure", help="Also load the synthetic pair in the real "
                                            "llama-server and read what it allocates.")] = False,
     scale: ScaleOpt = None,
