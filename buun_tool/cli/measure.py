@@ -5,7 +5,7 @@
     buun synth --dry-run            tensor counts and sizes, nothing written
     buun bench [RECIPE] [--synthetic-al 7.67 ...] [--suite code,math,prose] [--mode raw,chat]
                [--prompts N] [--n-predict N] [--repeats N] [--target T.gguf --drafter D.gguf | --url URL]
-                                    AR vs DFlash llama-servers: tok/s, TTFT, acceptance; JSON + PNG
+                                    AR vs DFlash llama-servers: tok/s, TTFT, acceptance; JSON (+ PNG with matplotlib)
     buun fit [RECIPE] [--gpu-mem 24] [--ctx N] [--ctk q8_0] [--draft-max N] [--measure]
                                     GPU memory by component, the largest context that fits, knobs
 """
@@ -23,7 +23,7 @@ import typer
 from rich.table import Table
 
 from buun_tool import bench, build, console, fit, patches, paths, recipes, synth
-from buun_tool.errors import UsageError
+from buun_tool.errors import NotReadyError, UsageError
 
 RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file (default: qwen3.5-27b-dflash).",
                                                  show_default=False)]
@@ -158,14 +158,17 @@ def bench_cmd(
         console.warn("random-weight models accept almost no draft: pass --synthetic-al to measure step cost")
     result = bench.run(opts)
     json_path = bench.write_json(result, out_dir / "bench.json")
-    png_path = bench.write_chart(result, out_dir / "bench.png")
     if json_out:
         console.print_json(result.to_json())
     else:
         console.out.print(bench.table(result))
         for line in bench.per_position(result):
             console.info(f"acceptance by position: {line}")
-    console.ok(f"results: {json_path}  chart: {png_path}")
+    console.ok(f"results: {json_path}")
+    try:
+        console.ok(f"chart: {bench.write_chart(result, out_dir / 'bench.png')}")
+    except NotReadyError as exc:  # matplotlib is optional: the JSON above is the result
+        console.warn(f"no chart: {exc.message}; {exc.hint}")
 
 
 # --- fit -------------------------------------------------------------------------------------
