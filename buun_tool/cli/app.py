@@ -12,6 +12,7 @@ import sys
 
 import click
 import typer
+from rich.markup import escape
 from typer.core import TyperGroup
 
 from buun_tool import __version__
@@ -40,9 +41,10 @@ class _Group(TyperGroup):
         except BuunError as exc:
             if os.environ.get("BUUN_DEBUG"):
                 raise
-            err.print(f"[bold red]error:[/] {exc.message}", markup=True, highlight=False)
+            # escaped: a message or hint may hold brackets ("pip install 'buun[bench]'", paths)
+            err.print(f"[bold red]error:[/] {escape(exc.message)}", markup=True, highlight=False)
             if exc.hint:
-                err.print(f"[bold]hint:[/] {exc.hint}")
+                err.print(f"[bold]hint:[/] {escape(exc.hint)}")
             ctx.exit(int(exc.exit_code))
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/]: re-run the same command to resume")
