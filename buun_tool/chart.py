@@ -70,7 +70,7 @@ def grouped_bars(title: str, groups: Sequence[str], series: Sequence[str], value
         if notes:
             ax.bar_label(bars, [notes[g][s] for g in shown], label_type="center", color="white",  # type: ignore[misc]
                          fontsize=8, fontweight="bold")
-    ax.set_xticks(range(len(groups)), list(groups))
+    ax.set_xticks(range(len(groups)), [_wrap(g, 18) for g in groups])
     ax.set_ylabel(y_label)
     ax.margins(y=0.12)  # room for the value labels above the tallest bar
     ax.grid(axis="y", color="#e0e0e0")
@@ -111,9 +111,14 @@ def line_chart(title: str, x_label: str, y_label: str, lines: Sequence[Line], su
 def _titles(fig: Figure, ax: object, title: str, subtitle: str) -> None:
     # wrapped by hand: long titles break onto a second line instead of running off the figure
     width = fig.get_figwidth()
-    fig.suptitle(textwrap.fill(title, int(width * 9)), fontsize=12, fontweight="bold")
+    fig.suptitle(_wrap(title, int(width * 9)), fontsize=12, fontweight="bold")
     if subtitle:  # over the axes, which the legend leaves about two thirds of the width
-        ax.set_title(textwrap.fill(subtitle, int(width * 10)), fontsize=8, color="#555555")  # type: ignore[attr-defined]
+        ax.set_title(_wrap(subtitle, int(width * 10)), fontsize=8, color="#555555")  # type: ignore[attr-defined]
+
+
+def _wrap(text: str, width: int) -> str:
+    """Each line of text wrapped: long titles and labels break instead of running off or overlapping."""
+    return "\n".join(textwrap.fill(line, width) for line in text.splitlines())
 
 
 def png(fig: Figure) -> bytes:

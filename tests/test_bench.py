@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from buun_tool import bench, chart, figures, patches
 from buun_tool.cli.app import app
 from buun_tool.errors import BuunError
+from tests.bench_files import NO_MATPLOTLIB, RECORDED
 
 # /metrics of a DFlash llama-server (pinned upstream), trimmed
 METRICS = """\
@@ -79,12 +80,6 @@ def _png_pixels(data: bytes) -> np.ndarray:
 
 def _rgb(hex_colour: str) -> np.ndarray:
     return np.array([int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)], dtype=np.uint8)
-
-
-# the python of the tests, with matplotlib made unimportable (as on a machine without the extra)
-NO_MATPLOTLIB = [sys.executable, "-c", "import sys; sys.modules['matplotlib'] = None; "
-                 "from buun_tool.cli.app import main; sys.argv[0] = 'buun'; main()"]
-RECORDED = Path(__file__).resolve().parent.parent / "docs/results/h100-2026-11-27-pdl/bench-all-1/bench.json"
 
 
 class TestPrompts:
@@ -240,7 +235,7 @@ class TestEndToEnd:
             "bench", "--target", str(target), "--drafter", str(drafter), "--synthetic-al", "3",
             "--suite", "math", "--mode", "raw,chat", "--prompts", "1", "--n-predict", "8", "--ctx", "1024",
             "--server-args=-nr",  # no AMX repacking: its kernels fault on some VMs
-            "--out", str(tmp_path)])
+            "--report", "--bandwidth-gbs", "50", "--out", str(tmp_path)])
         assert res.exit_code == 0, res.output
         data = json.loads((tmp_path / "bench.json").read_text())
         rows = {(r["config"], r["mode"]): r for r in data["summary"]}
@@ -256,6 +251,13 @@ class TestEndToEnd:
         assert data["machine"]["cpu"] and data["prompt_sources"]["math"].endswith("math.jsonl")
         assert data["options"]["env"] == {"LLAMA_RS_ROLLBACK": "snapshot"}
         assert _png_pixels((tmp_path / "bench.png").read_bytes()).shape[2] == 3
+        # format 2: the prompts' text and what the bandwidth bound needs
+        assert data["format"] == bench.FORMAT and data["prompts"][0]["text"]
+        lim = data["limits"]
+        assert lim["bandwidth_gbs"] == 50 and lim["bandwidth_source"] == "--bandwidth-gbs"
+        assert lim["target_bytes"] > lim["drafter_bytes"] > 0 and target.name in lim["weights_source"]
+        html = (tmp_path / "report.html").read_text()
+        assert "bandwidth bound: AL x 50 GB/s" in html and 'id="chart-al-sweep"' in html
         for argv in data["commands"].values():  # every server is gone
             assert _port_closed(int(argv[argv.index("--port") + 1]))
 
@@ -267,5 +269,6 @@ class TestEndToEnd:
                               "--n-predict", "8", "--ctx", "1024", "--server-args=-nr", "--out", str(tmp_path)],
                              capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stdout + out.stderr
-        assert "no chart" in out.stderr and "pip install 'buun[bench]'" in out.stderr
+        said = " ".join(out.stderr.split())  # rich wraps long lines
+        assert "no chart: charts need matplotlib" in said and "pip install 'buun[bench]'" in said
         assert bench.read_json(tmp_path / "bench.json")["summary"] and not (tmp_path / "bench.png").exists()

@@ -5,7 +5,11 @@
     buun synth --dry-run            tensor counts and sizes, nothing written
     buun bench [RECIPE] [--synthetic-al 7.67 ...] [--suite code,math,prose] [--mode raw,chat]
                [--prompts N] [--n-predict N] [--repeats N] [--target T.gguf --drafter D.gguf | --url URL]
-                                    AR vs DFlash llama-servers: tok/s, TTFT, acceptance; JSON (+ PNG with matplotlib)
+               [--report] [--bandwidth-gbs N]
+                                    AR vs DFlash llama-servers: tok/s, TTFT, acceptance; JSON (+ PNG with matplotlib,
+                                    + one self-contained HTML report with --report)
+    buun bench --report-from bench.json [--out DIR] [--bandwidth-gbs N]
+                                    the HTML report of a recorded run (no server started)
     buun fit [RECIPE] [--gpu-mem 24] [--ctx N] [--ctk q8_0] [--draft-max N] [--measure]
                                     GPU memory by component, the largest context that fits, knobs
 """
@@ -20,9 +24,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from buun_tool import bench, build, console, fit, patches, paths, recipes, synth
+from buun_tool import bench, build, chart, console, fit, patches, paths, recipes, report, synth
 from buun_tool.errors import NotReadyError, UsageError
 
 RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file (default: qwen3.5-27b-dflash).",
@@ -139,9 +144,19 @@ def bench_cmd(
                                              show_default=False)] = None,
     load_timeout: Annotated[float, typer.Option("--load-timeout", help="Seconds a server may take to load.")
                             ] = 300.0,
+    report_: Annotated[bool, typer.Option("--report", help="Also write report.html: one self-contained HTML file "
+                                          "with every chart and table (needs matplotlib).")] = False,
+    report_from: Annotated[Path | None, typer.Option("--report-from", help="Write the HTML report of a recorded "
+                                                     "bench.json (into --out, default its folder); runs nothing.",
+                                                     show_default=False)] = None,
+    bandwidth_gbs: Annotated[float | None, typer.Option("--bandwidth-gbs", help="The card's memory bandwidth (GB/s) "
+                                                        "for the report's bound (default: the datasheet's, for "
+                                                        "known cards).", show_default=False)] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Run AR and DFlash llama-servers over prompt suites: decode and prompt tok/s, TTFT, acceptance."""
+    if report_from:
+        return _report_from(report_from, out, bandwidth_gbs)
     r = recipes.load(recipe)
     _, dgeo = synth.geometry(r, "full")
     t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale)
@@ -153,7 +168,10 @@ def bench_cmd(
         target=t, drafter=d, url=url, suites=_csv(suite, bench.SUITES, "--suite"),
         modes=_csv(mode, bench.MODES, "--mode"), prompts=prompts or None, n_predict=n_predict, repeats=repeats,
         ar=not no_ar, synthetic_al=list(synthetic_al or []), flags=flags, out_dir=out_dir,
-        load_timeout=load_timeout, models_note=note + (", acceptance forced" if synthetic_al else ""))
+        load_timeout=load_timeout, models_note=note + (", acceptance forced" if synthetic_al else ""),
+        bandwidth_gbs=bandwidth_gbs)
+    if report_:
+        chart.require()  # before the servers run, not after: the report is what was asked for
     if synthetic_al is None and t is not None and target is None:
         console.warn("random-weight models accept almost no draft: pass --synthetic-al to measure step cost")
     result = bench.run(opts)
@@ -168,7 +186,20 @@ def bench_cmd(
     try:
         console.ok(f"chart: {bench.write_chart(result, out_dir / 'bench.png')}")
     except NotReadyError as exc:  # matplotlib is optional: the JSON above is the result
-        console.warn(f"no chart: {exc.message}; {exc.hint}")
+        _no_chart(exc)
+        return
+    if report_:
+        console.ok(f"report: {report.write(result.to_json(), out_dir / 'report.html')}")
+
+
+def _no_chart(exc: NotReadyError) -> None:
+    console.warn(escape(f"no chart: {exc.message}; {exc.hint}"))  # the hint's [bench] is not markup
+
+
+def _report_from(path: Path, out: Path | None, bandwidth_gbs: float | None) -> None:
+    data = bench.read_json(path)
+    html_path = report.write(data, (out or path.parent) / "report.html", bandwidth_gbs)
+    console.ok(f"report: {html_path}")
 
 
 # --- fit -------------------------------------------------------------------------------------
