@@ -10,6 +10,8 @@
                                     + one self-contained HTML report with --report)
     buun bench --report-from bench.json [--out DIR] [--bandwidth-gbs N]
                                     the HTML report of a recorded run (no server started)
+    buun bench --compare A.json B.json [--out DIR] [--json]
+                                    two recorded runs side by side; differences beyond their own noise flagged
     buun fit [RECIPE] [--gpu-mem 24] [--ctx N] [--ctk q8_0] [--draft-max N] [--measure]
                                     GPU memory by component, the largest context that fits, knobs
 """
@@ -27,7 +29,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from buun_tool import bench, build, chart, console, fit, patches, paths, recipes, report, synth
+from buun_tool import bench, build, chart, compare, console, fit, patches, paths, recipes, report, synth
 from buun_tool.errors import NotReadyError, UsageError
 
 RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file (default: qwen3.5-27b-dflash).",
@@ -149,14 +151,21 @@ def bench_cmd(
     report_from: Annotated[Path | None, typer.Option("--report-from", help="Write the HTML report of a recorded "
                                                      "bench.json (into --out, default its folder); runs nothing.",
                                                      show_default=False)] = None,
+    compare_: Annotated[tuple[Path, Path] | None, typer.Option("--compare", help="Two recorded bench.json files: "
+                                                               "side by side, differences beyond their noise "
+                                                               "flagged; runs nothing.", show_default=False)] = None,
     bandwidth_gbs: Annotated[float | None, typer.Option("--bandwidth-gbs", help="The card's memory bandwidth (GB/s) "
                                                         "for the report's bound (default: the datasheet's, for "
                                                         "known cards).", show_default=False)] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Run AR and DFlash llama-servers over prompt suites: decode and prompt tok/s, TTFT, acceptance."""
+    if report_from and compare_:
+        raise UsageError("--report-from and --compare are two different commands: pass one of them")
     if report_from:
         return _report_from(report_from, out, bandwidth_gbs)
+    if compare_:
+        return _compare(*compare_, out, json_out)
     r = recipes.load(recipe)
     _, dgeo = synth.geometry(r, "full")
     t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale)
@@ -200,6 +209,25 @@ def _report_from(path: Path, out: Path | None, bandwidth_gbs: float | None) -> N
     data = bench.read_json(path)
     html_path = report.write(data, (out or path.parent) / "report.html", bandwidth_gbs)
     console.ok(f"report: {html_path}")
+
+
+def _compare(a_path: Path, b_path: Path, out: Path | None, json_out: bool) -> None:
+    a, b = bench.read_json(a_path), bench.read_json(b_path)
+    result = compare.compare(a, b, a_path, b_path)
+    for w in result.warnings:
+        console.warn(w)
+    if json_out:
+        console.print_json(compare.to_json(result))
+    else:
+        console.out.print(compare.table(result))
+        if any(r.flagged is None for r in result.rows):
+            console.info("no noise measure: a row with one request in each run (run with --repeats 2 or more)")
+    try:
+        out_dir = out or paths.bench_dir() / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        console.ok(f"chart: {chart.save(compare.figure(result, a, b), out_dir / 'compare.png')}")
+    except NotReadyError as exc:
+        _no_chart(exc)
 
 
 # --- fit -------------------------------------------------------------------------------------
