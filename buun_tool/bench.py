@@ -126,6 +126,15 @@ class ServerConfig:
         return "DFlash" if self.synthetic_al is None else f"DFlash AL {self.synthetic_al:g} (synthetic)"
 
 
+AL_SWEEP = tuple(float(al) for al in range(1, 11))  # --al-sweep: the report's tok/s against AL, 1 to 10
+
+
+def synthetic_lengths(given: list[float] | None, sweep: bool) -> list[float]:
+    """The --synthetic-al lengths in the order given, then the sweep's that are not among them."""
+    given = list(given or [])
+    return given + [al for al in AL_SWEEP if sweep and al not in given]
+
+
 def configs(ar: bool, synthetic_al: list[float] | None) -> list[ServerConfig]:
     """AR (unless left out), then one DFlash server per synthetic length (or one with real acceptance)."""
     out = [ServerConfig("ar", False)] if ar else []

@@ -128,6 +128,11 @@ class TestServerCommands:
         on_host = bench.server_argv(Path("/b/llama-server"), Path("t.gguf"), Path("d.gguf"), cfgs[2], host, 9000)
         assert "-bs" not in on_host
 
+    def test_al_sweep_adds_one_to_ten_after_the_lengths_given(self) -> None:
+        assert bench.synthetic_lengths([7.67, 2.0], sweep=True) == [7.67, 2.0, 1.0, *map(float, range(3, 11))]
+        assert bench.synthetic_lengths([7.67], sweep=False) == [7.67]
+        assert bench.synthetic_lengths(None, sweep=False) == []
+
     def test_real_acceptance_when_no_length_is_forced(self) -> None:
         assert [c.label for c in bench.configs(ar=False, synthetic_al=None)] == ["DFlash"]
 

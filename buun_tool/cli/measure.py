@@ -3,7 +3,7 @@
     buun synth [RECIPE] [--out DIR] [--scale full|tiny] [--seed N] [--target-type q4_k_m] [--draft-type q4_k]
                                     random-weight GGUFs shaped exactly like the recipe's pair
     buun synth --dry-run            tensor counts and sizes, nothing written
-    buun bench [RECIPE] [--synthetic-al 7.67 ...] [--suite code,math,prose] [--mode raw,chat]
+    buun bench [RECIPE] [--synthetic-al 7.67 ... | --al-sweep] [--suite code,math,prose] [--mode raw,chat]
                [--prompts N] [--n-predict N] [--repeats N] [--target T.gguf --drafter D.gguf | --url URL]
                [--report] [--bandwidth-gbs N]
                                     AR vs DFlash llama-servers: tok/s, TTFT, acceptance; JSON (+ PNG with matplotlib,
@@ -134,6 +134,8 @@ def bench_cmd(
     synthetic_al: Annotated[list[float] | None, typer.Option(
         "--synthetic-al", help="Force a mean acceptance length with --spec-synth-len (repeatable: one DFlash "
         "server each). Measures step cost on random weights.", show_default=False)] = None,
+    al_sweep: Annotated[bool, typer.Option("--al-sweep", help="Add DFlash servers at synthetic AL 1, 2, ..., 10: "
+                                           "the report's tok/s against AL.")] = False,
     no_ar: Annotated[bool, typer.Option("--no-ar", help="Skip the autoregressive baseline.")] = False,
     ctx: Annotated[int, typer.Option("--ctx", help="llama-server -c.")] = 6048,
     draft_max: Annotated[int | None, typer.Option("--draft-max", help="--spec-draft-n-max (default: block_size-1).",
@@ -166,6 +168,7 @@ def bench_cmd(
         return _report_from(report_from, out, bandwidth_gbs)
     if compare_:
         return _compare(*compare_, out, json_out)
+    synthetic_al = bench.synthetic_lengths(synthetic_al, al_sweep) or None
     r = recipes.load(recipe)
     _, dgeo = synth.geometry(r, "full")
     t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale)
