@@ -722,6 +722,8 @@ def read_json(path: Path) -> dict[str, Any]:
         if not isinstance(data[key], kind):
             raise UsageError(f"{path}: {key} is a JSON {type(data[key]).__name__}, expected "
                              f"{'an object' if kind is dict else 'a list' if kind is list else 'a string'}", hint)
+    if not data["summary"]:
+        raise UsageError(f"{path} holds no measurement (its summary is empty)", "run `buun bench` again")
     for key, needed in (("summary", _ROW_KEYS), ("samples", _SAMPLE_KEYS), ("configs", _CONFIG_KEYS)):
         for i, item in enumerate(data[key]):
             lacking = [k for k in needed if not isinstance(item, dict) or k not in item]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from buun_tool.errors import NotReadyError
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 INSTALL_HINT = "pip install 'buun[bench]' (matplotlib) for charts and the HTML report"
@@ -55,7 +56,7 @@ def grouped_bars(title: str, groups: Sequence[str], series: Sequence[str], value
                  subtitle: str = "", y_label: str = "", notes: Sequence[Sequence[str]] | None = None,
                  colors: Sequence[str] = PALETTE) -> Figure:
     """values[group][series]; None leaves a gap. Each bar carries its value above it and
-    `notes[group][series]` (a speedup, a ratio) inside its top."""
+    `notes[group][series]` (a speedup, a ratio) inside it."""
     n_series = max(len(series), 1)
     width = 0.8 / n_series
     fig = _figure(max(7.0, 1.2 + len(groups) * (0.5 + 0.45 * n_series)), 4.6)
@@ -66,9 +67,9 @@ def grouped_bars(title: str, groups: Sequence[str], series: Sequence[str], value
         bars = ax.bar([x for x, h in zip(xs, heights, strict=True) if h is not None],
                       [h for h in heights if h is not None], width * 0.92, label=name, color=colors[s % len(colors)])
         shown = [g for g, h in enumerate(heights) if h is not None]
-        ax.bar_label(bars, [_label(heights[g]) for g in shown], padding=2, fontsize=8)  # type: ignore[misc]
+        ax.bar_label(bars, [_label(heights[g]) for g in shown], padding=2, fontsize=8)
         if notes:
-            ax.bar_label(bars, [notes[g][s] for g in shown], label_type="center", color="white",  # type: ignore[misc]
+            ax.bar_label(bars, [notes[g][s] for g in shown], label_type="center", color="white",
                          fontsize=8, fontweight="bold")
     ax.set_xticks(range(len(groups)), [_wrap(g, 18) for g in groups])
     ax.set_ylabel(y_label)
@@ -108,12 +109,12 @@ def line_chart(title: str, x_label: str, y_label: str, lines: Sequence[Line], su
     return fig
 
 
-def _titles(fig: Figure, ax: object, title: str, subtitle: str) -> None:
+def _titles(fig: Figure, ax: Axes, title: str, subtitle: str) -> None:
     # wrapped by hand: long titles break onto a second line instead of running off the figure
     width = fig.get_figwidth()
     fig.suptitle(_wrap(title, int(width * 9)), fontsize=12, fontweight="bold")
     if subtitle:  # over the axes, which the legend leaves about two thirds of the width
-        ax.set_title(_wrap(subtitle, int(width * 10)), fontsize=8, color="#555555")  # type: ignore[attr-defined]
+        ax.set_title(_wrap(subtitle, int(width * 10)), fontsize=8, color="#555555")
 
 
 def _wrap(text: str, width: int) -> str:

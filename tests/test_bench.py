@@ -212,7 +212,7 @@ class TestChart:
         fig = figures.decode_speed(data)
         top = max(r["decode_tps"] for r in data["summary"])
         assert top < fig.axes[0].get_ylim()[1] < 1.3 * top
-        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        renderer = fig.canvas.get_renderer()
         box = fig.bbox
         texts = [fig._suptitle, fig.axes[0].title, *fig.axes[0].get_legend().get_texts()]
         for t in texts:

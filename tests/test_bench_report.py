@@ -171,6 +171,10 @@ class TestBadInput:
         ("[1, 2]", "holds a JSON list, not a `buun bench` result"),
         ('{"created": "x", "machine": {}}', "is not a `buun bench` result: it has no llama_cpp, options"),
         ('{"format": 99}', "is a bench result of format 99; this buun reads formats 1 to 2"),
+        (json.dumps({"created": "x", "machine": {}, "llama_cpp": {}, "options": {}, "commands": {}, "configs": [],
+                     "summary": [], "samples": []}), "holds no measurement"),
+        (json.dumps({"created": "x", "machine": [], "llama_cpp": {}, "options": {}, "commands": {}, "configs": [],
+                     "summary": [], "samples": []}), "machine is a JSON list, expected an object"),
     ])
     def test_a_file_that_is_not_a_bench_result(self, tmp_path: Path, content: str, message: str) -> None:
         bad = tmp_path / "bad.json"
