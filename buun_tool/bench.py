@@ -690,7 +690,7 @@ def write_chart(result: BenchResult, path: Path) -> Path:
 
 
 # the parts of a recorded run the report and --compare read, and what each must be
-_SHAPE: dict[str, type | tuple[type, ...]] = {
+_SHAPE: dict[str, type] = {
     "created": str, "machine": dict, "llama_cpp": dict, "options": dict, "commands": dict, "configs": list,
     "summary": list, "samples": list}
 _ROW_KEYS = ("config", "label", "suite", "mode", "requests", "decode_tps", "mean_al", "accept_per_pos",

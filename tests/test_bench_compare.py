@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.bench_files import OTHER_CONFIGS, RECORDED, TWIN, bench_cli, said, write_json
+from tests.bench_files import NO_MATPLOTLIB, OTHER_CONFIGS, RECORDED, TWIN, bench_cli, said, write_json
 
 
 class TestCompare:
@@ -89,3 +90,10 @@ class TestBadInput:
         res = bench_cli("--compare", str(RECORDED), str(bad), "--out", str(tmp_path / "out"))
         assert res.exit_code == 2 and message in said(res.output), res.output
         assert "Traceback" not in res.output and not (tmp_path / "out").exists()
+
+    def test_without_matplotlib_the_table_is_printed_and_no_folder_made(self, tmp_path: Path) -> None:
+        out = subprocess.run([*NO_MATPLOTLIB, "bench", "--compare", str(RECORDED), str(TWIN), "--out",
+                              str(tmp_path / "cmp")], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "B/A" in out.stdout and "pip install 'buun[bench]'" in said(out.stderr)
+        assert not (tmp_path / "cmp").exists()

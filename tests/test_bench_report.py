@@ -189,6 +189,11 @@ class TestBadInput:
         res = bench_cli("--report-from", str(write_json(tmp_path / "r" / "bench.json", data)))
         assert res.exit_code == 2 and "summary[1] has no accept_per_pos" in said(res.output), res.output
 
+    def test_a_bandwidth_that_is_not_one(self, tmp_path: Path) -> None:
+        res = bench_cli("--report-from", str(RECORDED), "--out", str(tmp_path), "--bandwidth-gbs", "0")
+        assert res.exit_code == 2 and "expected the card's memory bandwidth in GB/s" in said(res.output)
+        assert not (tmp_path / "report.html").exists()
+
     def test_a_missing_file(self, tmp_path: Path) -> None:
         res = bench_cli("--report-from", str(tmp_path / "nope.json"))
         assert res.exit_code == 2 and "does not exist" in said(res.output)

@@ -164,6 +164,9 @@ def bench_cmd(
     """Run AR and DFlash llama-servers over prompt suites: decode and prompt tok/s, TTFT, acceptance."""
     if report_from and compare_:
         raise UsageError("--report-from and --compare are two different commands: pass one of them")
+    if bandwidth_gbs is not None and bandwidth_gbs <= 0:
+        raise UsageError(f"--bandwidth-gbs {bandwidth_gbs:g}: expected the card's memory bandwidth in GB/s, "
+                         "for example 936 for an RTX 3090")
     if report_from:
         return _report_from(report_from, out, bandwidth_gbs)
     if compare_:
@@ -226,11 +229,13 @@ def _compare(a_path: Path, b_path: Path, out: Path | None, json_out: bool) -> No
         if any(r.flagged is None for r in result.rows):
             console.info("no noise measure: a row with one request in each run (run with --repeats 2 or more)")
     try:
-        out_dir = out or paths.bench_dir() / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        console.ok(f"chart: {chart.save(compare.figure(result, a, b), out_dir / 'compare.png')}")
+        fig = compare.figure(result, a, b)
     except NotReadyError as exc:
         _no_chart(exc)
+        return
+    out_dir = out or paths.bench_dir() / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    console.ok(f"chart: {chart.save(fig, out_dir / 'compare.png')}")
 
 
 # --- fit -------------------------------------------------------------------------------------
