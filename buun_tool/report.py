@@ -149,7 +149,8 @@ def _build(data: dict[str, Any]) -> str:
     else:
         out += '<p class="note" id="build-stamp">No build stamp was recorded with this run.</p>'
     options = {k: v for k, v in data["options"].items() if k != "env"}
-    return out + f"<p>buun bench options:</p><pre>{_e(json.dumps(options, indent=1, default=str))}</pre>"
+    shown = _e(json.dumps(options, indent=1, default=str))
+    return out + f"<details><summary>buun bench options</summary><pre>{shown}</pre></details>"
 
 
 def _commands(data: dict[str, Any]) -> str:
