@@ -138,9 +138,10 @@ def _noise_text(n: Noise) -> str:
 
 
 def table(c: Comparison) -> Table:
+    from rich.markup import escape
     from rich.table import Table
 
-    t = Table(title=f"{c.a_name}  vs  {c.b_name}", header_style="bold", box=None)
+    t = Table(title=escape(f"{c.a_name}  vs  {c.b_name}"), header_style="bold", box=None)  # folder names
     for col in ("config", "suite", "mode", "A tok/s", "B tok/s", "B/A", "noise A", "noise B", "verdict"):
         t.add_column(col, justify="left" if col in ("config", "suite", "mode", "verdict") else "right")
     for r in c.rows:
