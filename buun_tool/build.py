@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from buun_tool import console, paths, vendor
+from buun_tool import console, patches, paths, vendor
 from buun_tool.errors import BuunError, NotReadyError, UsageError
 from buun_tool.proc import git, run, run_logged
 
@@ -231,11 +231,18 @@ class BuildResult:
         return d
 
 
+def up_to_date(p: BuildPlan, stamp: dict[str, object] | None = None) -> bool:
+    """The binaries of `p` are there and were built from the tree, flags and compiler as they are now."""
+    stamp = stamp or _stamp_for(p, vendor.require_vendored())
+    return read_stamp(p.variant) == stamp and _binaries_present(p.variant, p.targets)
+
+
 def build(p: BuildPlan, force: bool = False) -> BuildResult:
     src = vendor.require_vendored()
+    patches.require_applied()  # before anything is configured or compiled
     stamp = _stamp_for(p, src)
     bdir = p.build_dir
-    if not force and read_stamp(p.variant) == stamp and _binaries_present(p.variant, p.targets):
+    if not force and up_to_date(p, stamp):
         console.ok(f"llama.cpp ({p.variant}) is up to date in {bdir}")
         return BuildResult(p.variant, bdir, False, 0.0, stamp)
     t0 = time.monotonic()

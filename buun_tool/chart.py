@@ -1,152 +1,133 @@
-"""Grouped bar charts written straight to PNG: numpy for the pixels, zlib for the file.
+"""Benchmark charts drawn with matplotlib (the optional `bench` extra), off-screen, to PNG.
 
-`buun bench` draws its AR-vs-DFlash chart with this so that no plotting library is needed on
-the GPU machines (which get only buun's own dependencies). Text uses the 5x7 bitmap font in
-data/font5x7.txt, upper case.
+    require()                                   NotReadyError naming `pip install 'buun[bench]'` without it
+    grouped_bars(title, groups, series, values) one cluster per group, one bar per series
+    line_chart(title, x_label, y_label, lines)  one line per series, optional reference lines
+    png(fig) -> bytes / save(fig, path)
+
+Figures are built on matplotlib's object API (Figure + the Agg canvas), never pyplot, so no
+display, GUI backend or global figure state is involved. matplotlib is imported only when a chart
+is drawn: `buun bench` runs and writes its JSON without it.
 """
 
 from __future__ import annotations
 
-import math
-import struct
-import zlib
+import io
+import textwrap
 from collections.abc import Sequence
-from functools import cache
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+from buun_tool.errors import NotReadyError
 
-FONT_FILE = Path(__file__).parent / "data" / "font5x7.txt"
-GLYPH_W, GLYPH_H = 5, 7
-INK = (30, 30, 30)
-GRID = (225, 225, 225)
-# AR first (grey), then one colour per DFlash configuration.
-PALETTE = ((140, 140, 140), (31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189))
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
-
-@cache
-def _font() -> dict[str, np.ndarray]:
-    glyphs: dict[str, np.ndarray] = {}
-    name, rows = None, []
-    for line in FONT_FILE.read_text().splitlines():
-        if line.startswith("#") and name is None:
-            continue
-        if line.startswith("=") and len(line) == 2:
-            name, rows = line[1], []
-            continue
-        rows.append([c == "#" for c in line])
-        if name is not None and len(rows) == GLYPH_H:
-            glyphs[name] = np.array(rows, dtype=bool)
-            name = None
-    return glyphs
+INSTALL_HINT = "pip install 'buun[bench]' (matplotlib) for charts and the HTML report"
+# AR first (grey), then one colour per DFlash configuration (matplotlib's tab10 without its grey).
+PALETTE = ("#8c8c8c", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#bcbd22", "#17becf")
 
 
-class Canvas:
-    def __init__(self, width: int, height: int):
-        self.px = np.full((height, width, 3), 255, dtype=np.uint8)
-
-    @property
-    def width(self) -> int:
-        return self.px.shape[1]
-
-    @property
-    def height(self) -> int:
-        return self.px.shape[0]
-
-    def rect(self, x0: int, y0: int, x1: int, y1: int, color: tuple[int, int, int]) -> None:
-        x0, x1 = sorted((max(0, x0), min(self.width, x1)))
-        y0, y1 = sorted((max(0, y0), min(self.height, y1)))
-        self.px[y0:y1, x0:x1] = color
-
-    def text(self, x: int, y: int, s: str, scale: int = 2, color: tuple[int, int, int] = INK) -> None:
-        font = _font()
-        for i, ch in enumerate(s.upper()):
-            glyph = font.get(ch, font["?"])
-            block = np.kron(glyph, np.ones((scale, scale), dtype=bool))
-            gx = x + i * (GLYPH_W + 1) * scale
-            h, w = block.shape
-            if gx < 0 or y < 0 or gx + w > self.width or y + h > self.height:
-                continue
-            self.px[y:y + h, gx:gx + w][block] = color
-
-    def png(self) -> bytes:
-        raw = b"".join(b"\x00" + row.tobytes() for row in self.px)  # filter 0 on every row
-
-        def chunk(kind: bytes, data: bytes) -> bytes:
-            return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-        header = struct.pack(">IIBBBBB", self.width, self.height, 8, 2, 0, 0, 0)  # 8-bit RGB
-        body = chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
-        return b"\x89PNG\r\n\x1a\n" + body
+def require() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise NotReadyError("charts need matplotlib, which is not installed", INSTALL_HINT) from None
 
 
-def text_width(s: str, scale: int = 2) -> int:
-    return len(s) * (GLYPH_W + 1) * scale
+def _figure(width: float, height: float) -> Figure:
+    require()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-
-def nice_max(value: float) -> float:
-    """The smallest 1/2/5 x 10^k at or above value (the top of the y axis)."""
-    if value <= 0:
-        return 1.0
-    base = 10 ** math.floor(math.log10(value))
-    return next(m * base for m in (1, 2, 2.5, 5, 10) if m * base >= value)
+    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
 
 
 def _label(v: float) -> str:
     return f"{v:.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
 
 
-def bar_chart(path: Path, title: str, groups: Sequence[str], series: Sequence[str],
-              values: Sequence[Sequence[float | None]], subtitle: str = "", y_label: str = "",
-              notes: Sequence[Sequence[str]] | None = None) -> Path:
-    """Write a grouped bar chart: one cluster per group, one bar per series (values[group][series]).
-    `notes[group][series]`, when given, is written in white inside the top of its bar (a speedup)."""
-    n_groups, n_series = len(groups), len(series)
-    bar_w, gap = 34, 40
-    left, right, top, bottom = 90, 30, 70 + 18 * n_series, 60
-    plot_w = n_groups * (n_series * bar_w + gap) + gap
-    c = Canvas(max(left + plot_w + right, 520), top + 300 + bottom)
-    plot_h = c.height - top - bottom
-    y_max = nice_max(max((v for row in values for v in row if v is not None), default=1.0) * 1.1)
-
-    c.text(left, 12, title, 2)
-    c.text(left, 34, subtitle, 1)
-    _legend(c, left, 50, series)
-    _y_axis(c, left, top, plot_h, plot_w, y_max, y_label)
-    for g, name in enumerate(groups):
-        x = left + gap + g * (n_series * bar_w + gap)
-        for s in range(n_series):
-            v = values[g][s]
-            if v is None:
-                continue
-            h = int(round(plot_h * v / y_max))
-            bx = x + s * bar_w
-            c.rect(bx + 2, top + plot_h - h, bx + bar_w - 2, top + plot_h, PALETTE[s % len(PALETTE)])
-            label = _label(v)
-            c.text(bx + (bar_w - text_width(label, 1)) // 2, top + plot_h - h - 10, label, 1)
-            note = notes[g][s] if notes else ""
-            if note and h > 16:
-                c.text(bx + (bar_w - text_width(note, 1)) // 2, top + plot_h - h + 5, note, 1, (255, 255, 255))
-        cluster = n_series * bar_w
-        c.text(x + (cluster - text_width(name, 1)) // 2, top + plot_h + 10, name, 1)
-    path.write_bytes(c.png())
-    return path
-
-
-def _legend(c: Canvas, x: int, y: int, series: Sequence[str]) -> None:
+def grouped_bars(title: str, groups: Sequence[str], series: Sequence[str], values: Sequence[Sequence[float | None]],
+                 subtitle: str = "", y_label: str = "", notes: Sequence[Sequence[str]] | None = None,
+                 colors: Sequence[str] = PALETTE) -> Figure:
+    """values[group][series]; None leaves a gap. Each bar carries its value above it and
+    `notes[group][series]` (a speedup, a ratio) inside it."""
+    n_series = max(len(series), 1)
+    width = 0.8 / n_series
+    fig = _figure(max(7.0, 1.2 + len(groups) * (0.5 + 0.45 * n_series)), 4.6)
+    ax = fig.add_subplot()
     for s, name in enumerate(series):
-        c.rect(x, y + 18 * s, x + 12, y + 18 * s + 12, PALETTE[s % len(PALETTE)])
-        c.text(x + 20, y + 18 * s, name, 2 if len(name) < 40 else 1)
+        xs = [g + (s - (n_series - 1) / 2) * width for g in range(len(groups))]
+        heights = [values[g][s] for g in range(len(groups))]
+        bars = ax.bar([x for x, h in zip(xs, heights, strict=True) if h is not None],
+                      [h for h in heights if h is not None], width * 0.92, label=name, color=colors[s % len(colors)])
+        shown = [g for g, h in enumerate(heights) if h is not None]
+        ax.bar_label(bars, [_label(heights[g]) for g in shown], padding=2, fontsize=8)
+        if notes:
+            ax.bar_label(bars, [notes[g][s] for g in shown], label_type="center", color="white",
+                         fontsize=8, fontweight="bold")
+    ax.set_xticks(range(len(groups)), [_wrap(g, 18) for g in groups])
+    ax.set_ylabel(y_label)
+    ax.margins(y=0.12)  # room for the value labels above the tallest bar
+    ax.grid(axis="y", color="#e0e0e0")
+    ax.set_axisbelow(True)
+    _titles(fig, ax, title, subtitle)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    return fig
 
 
-def _y_axis(c: Canvas, left: int, top: int, plot_h: int, plot_w: int, y_max: float, y_label: str) -> None:
-    for i in range(6):
-        v = y_max * i / 5
-        y = top + plot_h - int(round(plot_h * i / 5))
-        c.rect(left, y, left + plot_w, y + 1, GRID)
-        label = f"{v:.0f}" if y_max >= 10 else f"{v:.2g}"
-        c.text(left - 8 - text_width(label, 1), y - 3, label, 1)
-    c.rect(left, top, left + 1, top + plot_h + 1, INK)
-    c.rect(left, top + plot_h, left + plot_w, top + plot_h + 1, INK)
-    if y_label:
-        c.text(8, top - 14, y_label, 1)
+@dataclass(frozen=True)
+class Line:
+    label: str
+    xs: Sequence[float]
+    ys: Sequence[float]
+    style: str = "-o"  # matplotlib format: "-o" measured points, "--" a bound or reference
+    color: str | None = None
+
+
+def line_chart(title: str, x_label: str, y_label: str, lines: Sequence[Line], subtitle: str = "",
+               x_lim: tuple[float, float] | None = None, y_min: float | None = None) -> Figure:
+    fig = _figure(7.5, 4.6)
+    ax = fig.add_subplot()
+    for i, line in enumerate(lines):
+        ax.plot(line.xs, line.ys, line.style, label=line.label, color=line.color or PALETTE[(i + 1) % len(PALETTE)],
+                markersize=4)
+    if x_lim:
+        ax.set_xlim(*x_lim)
+    if y_min is not None:
+        ax.set_ylim(bottom=y_min)
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    ax.grid(color="#e0e0e0")
+    _titles(fig, ax, title, subtitle)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    return fig
+
+
+def _titles(fig: Figure, ax: Axes, title: str, subtitle: str) -> None:
+    # wrapped by hand: long titles break onto a second line instead of running off the figure
+    width = fig.get_figwidth()
+    fig.suptitle(_wrap(title, int(width * 9)), fontsize=12, fontweight="bold")
+    if subtitle:  # over the axes, which the legend leaves about two thirds of the width
+        ax.set_title(_wrap(subtitle, int(width * 10)), fontsize=8, color="#555555")
+
+
+def _wrap(text: str, width: int) -> str:
+    """Each line of text wrapped: long titles and labels break instead of running off or overlapping."""
+    return "\n".join(textwrap.fill(line, width) for line in text.splitlines())
+
+
+def png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def save(fig: Figure, path: Path) -> Path:
+    path.write_bytes(png(fig))
+    return path

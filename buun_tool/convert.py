@@ -7,9 +7,10 @@
 3. The result is read back (gguf_tools' reader, gguf-py's format constants) and checked
    against the two configs: architecture, block size, mask token, tapped layers (+1), hidden
    size, vocabulary size, M-RoPE sections, the exact tensor set and the quant type.
-4. Each GGUF gets a provenance record (`<gguf>.provenance.json`): source revisions and file
-   hashes, the llama.cpp pin and applied patches, the converter's environment, llama-quantize's
-   build, and what verification read.
+4. Each GGUF gets a provenance record (`<gguf>.provenance.json`): source revisions and the
+   sha256 of the bytes the converter read (a source that changed since `buun pull` verified it
+   is refused), the llama.cpp pin and applied patches, the converter's environment,
+   llama-quantize's build, and what verification read.
 
 Every file is written under a temporary name and renamed into place only when complete and
 verified: a failure keeps the previous good GGUF. Unchanged inputs make the stage a no-op, a
@@ -35,7 +36,7 @@ from buun_tool.errors import BuunError, Exit, NotReadyError
 from buun_tool.fsutil import sha256_file, write_json_atomic
 from buun_tool.gguf_tools import GLOBAL_TENSORS, LAYER_TENSORS, OPTIONAL_TENSORS, GgufFile
 from buun_tool.proc import run_logged
-from buun_tool.pull import DISK_RESERVE, Layout, layout, require_pulled
+from buun_tool.pull import DISK_RESERVE, Layout, disk_hint, layout, read_manifest, require_pulled, unchanged
 from buun_tool.recipes import Recipe
 
 # The converter's dependencies. Its own requirements file pins torch 2.11 from the PyTorch CPU
@@ -44,6 +45,9 @@ from buun_tool.recipes import Recipe
 CONVERTER_REQUIREMENTS = ("torch==2.13.0", "transformers==4.57.6", "numpy~=2.2.6")
 ENV_STAMP = "buun-env.json"
 FLOAT_TYPES = ("F32", "F16", "BF16")
+# The provenance records' format. 2: the sources' hashes are of the bytes the converter read (1
+# copied the manifest's, even of a file changed since), so a version 1 GGUF is made again.
+PROVENANCE = 2
 
 
 # --- the converter's environment ------------------------------------------------------------
@@ -120,8 +124,7 @@ def check_disk(lay: Layout, recipe: Recipe) -> None:
     free = shutil.disk_usage(where).free
     if free < need:
         raise BuunError(f"not enough disk space in {where} to convert: about {need / 2**30:.1f} GiB needed, "
-                        f"{free / 2**30:.1f} GiB free", "free some space or pass --models-dir on a larger disk",
-                        Exit.DISK)
+                        f"{free / 2**30:.1f} GiB free", disk_hint(lay.root, need, free), Exit.DISK)
 
 
 def intermediate_type(facts: dict[str, Any]) -> str:
@@ -249,29 +252,52 @@ def _quantize_build() -> dict[str, Any] | None:
     return {"variant": None, "binary": str(binary)}
 
 
-def _sources(recipe: Recipe, models_dir: Path | None) -> dict[str, Any]:
-    out = {}
+def _sources(recipe: Recipe, models_dir: Path | None, rehash: bool) -> dict[str, Any]:
+    """The source files as they are on disk now: their sha256, read again with `rehash` (before a
+    conversion: the record must name what the converter reads), else the manifest's while a file
+    keeps the size and mtime it was hashed with. A file that no longer matches what `buun pull`
+    verified is refused: the GGUF would be made from bytes the recipe does not name."""
+    out, changed = {}, []
     for role in ("drafter", "tokenizer"):
-        _, manifest = require_pulled(recipe, role, models_dir)
+        folder, manifest = require_pulled(recipe, role, models_dir)
+        files = {}
+        for name, entry in sorted(manifest["files"].items()):
+            path = folder / name
+            files[name] = entry["sha256"] if not rehash and unchanged(path, entry) else sha256_file(path)
+            if files[name] != entry["sha256"]:
+                changed.append(f"{path} (sha256 {files[name][:16]}, `buun pull` verified {entry['sha256'][:16]})")
         out[role] = {"repo": manifest["repo"], "revision": manifest["revision"], "commit": manifest["commit"],
-                     "files": {n: e["sha256"] for n, e in sorted(manifest["files"].items())}}
+                     "files": files}
+    if changed:
+        raise NotReadyError("source files changed on disk since `buun pull` verified them:\n  " + "\n  ".join(changed),
+                            f"run `buun pull --verify {recipe.name}` (it downloads them again), "
+                            f"then `buun convert {recipe.name}`")
+    drafter_dir = layout(recipe, models_dir).drafter_dir  # the converter reads the tokenizer's copies there
+    stale = [str(drafter_dir / n) for n in recipe.tokenizer.files
+             if sha256_file(drafter_dir / n) != out["tokenizer"]["files"].get(n)]
+    if stale:
+        raise NotReadyError("the drafter folder's copies of the tokenizer files differ from the tokenizer's:\n  "
+                            + "\n  ".join(stale),
+                            f"run `buun drafter {recipe.name}`, then `buun convert {recipe.name}`")
     return out
 
 
-def conversion_inputs(recipe: Recipe, models_dir: Path | None, python: Path, outtype: str) -> dict[str, Any]:
+def conversion_inputs(recipe: Recipe, models_dir: Path | None, python: Path, outtype: str,
+                      rehash: bool = False) -> dict[str, Any]:
     """Everything that shapes the converter's output bytes."""
     return {
-        "sources": _sources(recipe, models_dir),
+        "sources": _sources(recipe, models_dir, rehash),
         "llama_cpp": _llama_state(),
         "converter_env": _read_env_stamp(python.parent.parent),
         "outtype": outtype,
     }
 
 
-def inputs_of(recipe: Recipe, models_dir: Path | None, python: Path, outtype: str) -> dict[str, Any]:
+def inputs_of(recipe: Recipe, models_dir: Path | None, python: Path, outtype: str,
+              rehash: bool = False) -> dict[str, Any]:
     """Everything that shapes the final GGUF; equal inputs mean the stage has nothing to do."""
     return {
-        **conversion_inputs(recipe, models_dir, python, outtype),
+        **conversion_inputs(recipe, models_dir, python, outtype, rehash),
         "quantize": _quantize_build() if recipe.quantize not in FLOAT_TYPES else None,
         "quant": recipe.quantize,
     }
@@ -298,7 +324,7 @@ def _current(gguf: Path, inputs: dict[str, Any]) -> dict[str, Any] | None:
         record = json.loads(provenance_path(gguf).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
-    if record.get("inputs") != inputs or not gguf.is_file():
+    if record.get("buun_provenance") != PROVENANCE or record.get("inputs") != inputs or not gguf.is_file():
         return None
     out = record.get("output", {})
     if gguf.stat().st_size != out.get("size") or sha256_file(gguf) != out.get("sha256"):
@@ -308,7 +334,7 @@ def _current(gguf: Path, inputs: dict[str, Any]) -> dict[str, Any] | None:
 
 def _record(gguf: Path, kind: str, inputs: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """A provenance record. No timestamps or paths: equal inputs give an equal record."""
-    return {"buun_provenance": 1,
+    return {"buun_provenance": PROVENANCE,
             "output": {"file": gguf.name, "size": gguf.stat().st_size, "sha256": sha256_file(gguf), "type": kind},
             **extra, "inputs": inputs}
 
@@ -380,6 +406,7 @@ def convert(recipe: Recipe, models_dir: Path | None = None, force: bool = False,
         kept = record.get("intermediate")
         return ConvertResult(str(final), str(lay.gguf_dir / kept) if kept else None, str(provenance_path(final)),
                              False, 0.0, record["verified"])
+    inputs = inputs_of(recipe, models_dir, python, outtype, rehash=True)  # byte for byte what the converter reads
     lay.gguf_dir.mkdir(parents=True, exist_ok=True)
     _clear_partials(lay.gguf_dir)
     check_disk(lay, recipe)
@@ -405,6 +432,30 @@ def convert(recipe: Recipe, models_dir: Path | None = None, force: bool = False,
 def _size(path: Path) -> str:
     n = path.stat().st_size
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def made_from_pulled(recipe: Recipe, models_dir: Path | None = None) -> bool:
+    """Whether the drafter GGUF on disk was made (by `convert` or `setup`) from the sources as they
+    are pulled now, with the vendored llama.cpp as it is and the recipe's quant: what `setup`
+    checks without creating the converter's environment."""
+    lay = layout(recipe, models_dir)
+    final = lay.drafter_gguf()
+    try:
+        record = json.loads(provenance_path(final).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return False
+    inputs = record.get("inputs") or {}
+    size = (record.get("output") or {}).get("size")
+    if (record.get("buun_provenance") != PROVENANCE or not final.is_file() or final.stat().st_size != size
+            or inputs.get("quant") != recipe.quantize):
+        return False
+    for role in ("drafter", "tokenizer"):
+        manifest = read_manifest(lay.role_dir(role)) or {"files": {}}
+        source = (inputs.get("sources") or {}).get(role) or {}
+        if (source.get("commit") != manifest.get("commit")
+                or source.get("files") != {n: e.get("sha256") for n, e in sorted(manifest["files"].items())}):
+            return False
+    return inputs.get("llama_cpp") == _llama_state()
 
 
 def require_converted(recipe: Recipe, models_dir: Path | None = None) -> Path:

@@ -111,8 +111,12 @@ def _copy_if_changed(src: Path, dst: Path) -> bool:
     if dst.is_file() and filecmp.cmp(src, dst, shallow=False):
         return False
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk or a Ctrl-C leaves no half copy behind
+        raise
     return True
 
 
@@ -126,6 +130,16 @@ def tokenizer_files(recipe: Recipe) -> tuple[str, ...]:
                          "drafter's own config or weights",
                          "list only tokenizer files there; the target's config goes in tokenizer.target_config")
     return recipe.tokenizer.files
+
+
+def is_prepared(recipe: Recipe, models_dir: Path | None = None) -> bool:
+    """Whether `prepare` has nothing to do: the folder complete, every copy equal to its source."""
+    try:
+        check_folder(recipe, models_dir)
+    except BuunError:
+        return False
+    lay = layout(recipe, models_dir)
+    return all(filecmp.cmp(lay.tokenizer_dir / n, lay.drafter_dir / n, shallow=False) for n in tokenizer_files(recipe))
 
 
 def prepare(recipe: Recipe, models_dir: Path | None = None) -> DrafterFolder:

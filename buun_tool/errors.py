@@ -7,6 +7,7 @@ a traceback (set BUUN_DEBUG=1 to see one).
 
 from __future__ import annotations
 
+import errno
 from enum import IntEnum
 
 
@@ -23,6 +24,21 @@ class Exit(IntEnum):
     INTERRUPTED = 130
 
 
+# What a Ctrl-C prints, wherever it lands: every stage resumes where it stopped.
+INTERRUPTED = "interrupted: re-run the same command to resume"
+
+
+def exit_interrupted() -> None:
+    """One line and exit 130; a second Ctrl-C while it prints must not turn it into a traceback."""
+    import signal
+    import sys
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.stderr.write(f"{INTERRUPTED}\n")
+    sys.stderr.flush()
+    raise SystemExit(int(Exit.INTERRUPTED))
+
+
 class BuunError(Exception):
     """A failure with a message for the user and a hint saying what to do next."""
 
@@ -37,6 +53,18 @@ class BuunError(Exception):
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
+
+
+# errno values that mean "no room left": the disk, or the user's quota on it
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(exc: OSError, what: str | None = None) -> BuunError:
+    """The error for a write that found the disk full (anywhere: records, logs, downloads)."""
+    where = what or (f"write {exc.filename}" if exc.filename else "finish writing")
+    return BuunError(f"the disk is full: could not {where} ({exc.strerror or 'no space left on device'})",
+                     "free some space (`df -h` shows where) and run the same command again: finished work is "
+                     "kept and nothing half-written was left behind", Exit.DISK)
 
 
 class UsageError(BuunError):

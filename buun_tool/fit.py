@@ -26,6 +26,7 @@ attention on), following the pinned upstream's allocations:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 2
 # given to 0.1 GiB, so each is good to about +-50 MiB.
 CUDA_CONTEXT_MIB = 936
 DRAFT_CONTEXT_MIB = 145
+FIT = "fit"  # a recipe's `-c: fit`: the largest context that fits the GPU found at launch
+MARGIN_GIB = 0.25  # kept free on the GPU (display, fragmentation), here and in `buun fit`
 
 
 @dataclass(frozen=True)
@@ -75,16 +78,20 @@ class FitFlags:
         return text + ("" if self.spec else ", AR (no drafter)")
 
 
-def _int_flag(flags: dict[str, Any], *names: str) -> int | None:
+def _int_flag(flags: Mapping[str, Any], *names: str) -> int | None:
     for n in names:
-        if n in flags and flags[n] is not True:
+        if n in flags and flags[n] is not True and str(flags[n]) != FIT:
             return int(flags[n])
     return None
 
 
 def flags_from_recipe(recipe: Any) -> FitFlags:
     """The memory-relevant settings of the recipe's server flags (fork or upstream spelling)."""
-    f = recipe.server_flags
+    return flags_from_server_flags(recipe.server_flags)
+
+
+def flags_from_server_flags(f: Mapping[str, Any]) -> FitFlags:
+    """The memory-relevant settings of llama-server flags given as {name: value}."""
     base = FitFlags()
     ctk = str(f.get("-ctk", f.get("--cache-type-k", base.cache_type_k)))
     return FitFlags(
@@ -321,6 +328,44 @@ def max_context(recipe: Any, flags: FitFlags, gpu_gib: float, margin_gib: float 
         p = predict(recipe, replace(flags, ctx=mid * CELL_PAD), scale, weights)
         lo, hi = (mid, hi) if fits(p, gpu_gib, margin_gib) else (lo, mid - 1)
     return lo * CELL_PAD
+
+
+@dataclass(frozen=True)
+class ContextChoice:
+    """The -c a server gets, and why (`buun status` shows both)."""
+
+    value: int
+    why: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def choose_context(recipe: Any, flags: Mapping[str, Any], from_command_line: bool,
+                   gpus: list[build.Gpu] | None = None) -> ContextChoice:
+    """-c from the merged llama-server flags: a number given on the command line or pinned by the
+    recipe is kept; `fit` (or none) is the largest context `buun fit` finds for the GPU here, with
+    the flags' KV types, draft and batch sizes; without a GPU (or with -ngl 0), FitFlags' default."""
+    given = next((flags[n] for n in ("-c", "--ctx-size") if n in flags), FIT)
+    if str(given) != FIT:
+        if not str(given).isdigit():
+            raise UsageError(f"-c {given}: expected a number of tokens, or `fit` in a recipe")
+        return ContextChoice(int(given), "set on the command line" if from_command_line
+                             else f"pinned by the recipe ({Path(str(recipe.source)).name})")
+    default = FitFlags().ctx
+    ngl = next((str(flags[n]) for n in ("-ngl", "--gpu-layers", "--n-gpu-layers") if n in flags), "99")
+    if ngl == "0":
+        return ContextChoice(default, "-ngl 0, nothing on a GPU: buun's default")
+    gpus = build.detect_gpus() if gpus is None else gpus
+    if not gpus:
+        return ContextChoice(default, "no GPU found to fit: buun's default")
+    gpu, gib = gpus[0], gpus[0].memory_mib / 1024
+    fit_flags = replace(flags_from_server_flags(flags), rollback=patches.rollback_from_env())
+    best = max_context(recipe, fit_flags, gib, MARGIN_GIB, weights=default_weights(recipe))
+    if not best:
+        return ContextChoice(default, f"no context fits the {gpu.name} ({gib:.1f} GiB) with these flags: "
+                             f"buun's default; `buun fit {recipe.name}` shows what would fit")
+    return ContextChoice(best, f"the largest that fits the {gpu.name} ({gib:.1f} GiB), from `buun fit`")
 
 
 @dataclass

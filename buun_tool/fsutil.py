@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from buun_tool.errors import DISK_FULL, disk_full
+
 
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
@@ -17,12 +19,25 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that a reader sees the old content or the new one, never half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_json_atomic(path: Path, data: Any, private: bool = False) -> None:
+    """Write JSON so that a reader sees the old content or the new one, never half of it; on any
+    failure (a full disk, Ctrl-C) the temporary file is removed and the old content stays.
+    `private`: mode 0600 from the start (the temporary file is the final one)."""
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if private:
+            with open_private(tmp, append=False) as f:
+                f.write(text.encode())
+        else:
+            tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL:
+            raise disk_full(exc, f"write {path}") from exc
+        raise
 
 
 # A server's state, spec and logs name its models, flags and requests: only their owner reads them.

@@ -25,7 +25,7 @@ from email import policy
 from pathlib import Path
 
 from buun_tool import paths, vendor
-from buun_tool.errors import BuunError, Exit, UsageError
+from buun_tool.errors import BuunError, Exit, NotReadyError, UsageError
 from buun_tool.proc import git, run
 
 PATCH_RE = re.compile(r"^\d{4}-.+\.patch$")
@@ -150,6 +150,18 @@ def status() -> list[PatchStatus]:
     return result
 
 
+def require_applied() -> None:
+    """For the build: the vendored tree carries the whole series as patches/ has it now; else the
+    binaries would be upstream's or half-patched, with nothing to say so."""
+    missing = [s for s in status() if s.state != "applied"]
+    if missing:
+        raise NotReadyError(
+            "vendor/llama.cpp does not carry the whole patch series, so the build would not be buun's "
+            "llama.cpp:\n  " + "\n  ".join(f"{s.patch.name}: {s.state}" for s in missing),
+            "run `buun patch` (it applies pending patches and replaces stale ones), then build again",
+        )
+
+
 def _unknown_commits(repo: Path, patches: list[Patch]) -> list[str]:
     ids = {_patch_id(p.path.read_bytes()) for p in patches}
     subjects = {p.subject for p in patches}
@@ -205,6 +217,14 @@ def apply() -> list[str]:
             )
         git(repo, "reset", "-q", "--hard", vendor.BASELINE_TAG)
     return _apply_series(repo, start)
+
+
+def describe_applied(applied: list[str]) -> str:
+    """The result line of an apply (`buun patch`, the patch stage of `buun setup`)."""
+    total = len(series())
+    if applied:
+        return f"applied {len(applied)} of {total} patch(es): {', '.join(applied)}"
+    return f"all {total} patch(es) already applied"
 
 
 def check() -> list[str]:

@@ -17,12 +17,12 @@ partial file when a download fails, so a 16 GB target would restart from zero af
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
+import shlex
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from huggingface_hub.utils import build_hf_headers
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from buun_tool import console, paths
-from buun_tool.errors import BuunError, Exit, NotReadyError
+from buun_tool.errors import DISK_FULL, BuunError, Exit, NotReadyError
 from buun_tool.fsutil import write_json_atomic
 from buun_tool.recipes import Recipe, RepoSpec
 
@@ -180,7 +180,7 @@ def _hub_error(exc: BaseException, recipe: Recipe, role: str, spec: RepoSpec, fi
         status = exc.response.status_code if exc.response is not None else "?"
         return BuunError(f"the Hub answered HTTP {status} for {spec.repo}{' ' + filename if filename else ''}",
                          "try again later; finished files are kept and partial ones resume", Exit.NETWORK)
-    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+    if isinstance(exc, OSError) and exc.errno in DISK_FULL:
         return BuunError(f"the disk filled up while downloading {spec.repo}{' ' + filename if filename else ''}",
                          "free some space and run again: the partial file resumes", Exit.DISK)
     if isinstance(exc, PermissionError):
@@ -222,7 +222,7 @@ def _local_entry(folder: Path, entry: dict[str, Any] | None, remote: RemoteFile,
     if not path.is_file() or path.stat().st_size != remote.size:
         return None
     st = path.stat()
-    if (entry and not verify and entry.get("size") == remote.size and entry.get("mtime_ns") == st.st_mtime_ns
+    if (entry and not verify and unchanged(path, entry)
             and _matches(remote, entry.get("sha256"), entry.get("git_oid"))):
         return entry
     sha256, git_oid = _hashes(path)
@@ -230,6 +230,13 @@ def _local_entry(folder: Path, entry: dict[str, Any] | None, remote: RemoteFile,
         return None
     return {"size": remote.size, "sha256": sha256, "git_oid": git_oid, "lfs": remote.sha256 is not None,
             "mtime_ns": st.st_mtime_ns}
+
+
+def unchanged(path: Path, entry: dict[str, Any]) -> bool:
+    """Whether a manifest entry's hashes still hold for `path`: the size and mtime it had when
+    it was hashed. Any write (a flipped byte, a copy) changes the mtime."""
+    st = path.stat()
+    return entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns
 
 
 def plan_repo(api: HfApi, recipe: Recipe, role: str, folder: Path, token: str | None, verify: bool) -> RepoPlan:
@@ -274,14 +281,34 @@ def bytes_needed(plans: list[RepoPlan]) -> int:
     return total
 
 
+def stale_partials(root: Path, plans: Sequence[RepoPlan] = ()) -> list[Path]:
+    """buun's own unfinished downloads under `root` that none of `plans` resumes: older versions
+    of a file, files a recipe no longer lists, other recipes' leftovers."""
+    resumed = {_partial_path(p.folder, f) for p in plans for f in p.to_fetch}
+    return sorted(p for p in root.glob(f"*/*/{PARTIAL_DIR}/*.part") if p not in resumed and p.is_file())
+
+
+def disk_hint(root: Path, need: int, free: int, plans: Sequence[RepoPlan] = ()) -> str:
+    """What to do when `need` bytes do not fit in `free`: first buun's own stale partial files."""
+    hint = "free some space or pass --models-dir on a larger disk (BUUN_MODELS_DIR works too)"
+    stale = stale_partials(root, plans)
+    if not stale:
+        return hint
+    size = sum(p.stat().st_size for p in stale)
+    enough = "enough on its own" if free + size >= need else "not enough on its own"
+    return (f"{len(stale)} unfinished download(s) of buun's that nothing resumes take {_gb(size)} ({enough}); "
+            f"delete them: rm {' '.join(shlex.quote(str(p)) for p in stale)}; or {hint}")
+
+
 def check_disk(plans: list[RepoPlan], root: Path) -> None:
     need = bytes_needed(plans)
+    if need == 0:
+        return  # nothing to download: the manifest's few bytes need no reserve
     free = shutil.disk_usage(_existing_parent(root)).free
     if need + DISK_RESERVE > free:
         raise BuunError(
             f"not enough disk space in {root}: the download needs {_gb(need)} (+{_gb(DISK_RESERVE)} spare), "
-            f"{_gb(free)} is free",
-            "free some space or pass --models-dir on a larger disk (BUUN_MODELS_DIR works too)", Exit.DISK)
+            f"{_gb(free)} is free", disk_hint(root, need + DISK_RESERVE, free, plans), Exit.DISK)
 
 
 def _gb(n: int) -> str:
@@ -326,6 +353,26 @@ def _progress_class(bar: Progress, task: Any) -> type:
     return _Bar
 
 
+class _Oversized(Exception):
+    """The server sent more than the file's announced size (not an OSError: no retry, no resume)."""
+
+
+class _Capped:
+    """The partial file as http_get writes it, refusing bytes beyond the announced size: a Hub
+    that sends more would otherwise fill the disk before the size check at the end."""
+
+    def __init__(self, fh: Any, size: int):
+        self.fh, self.size = fh, size
+
+    def write(self, chunk: bytes) -> int:
+        if self.fh.tell() + len(chunk) > self.size:  # the position: http_get may rewind and start over
+            raise _Oversized
+        return self.fh.write(chunk)
+
+    def __getattr__(self, name: str) -> Any:  # tell, seek, truncate: http_get rewinds on a 200
+        return getattr(self.fh, name)
+
+
 def _fetch(plan: RepoPlan, f: RemoteFile, token: str | None, bar: Progress) -> None:
     url = resolve_url(plan.spec.repo, plan.commit, f.name)
     meta = get_hf_file_metadata(url, token=token, endpoint=hub_endpoint())
@@ -343,8 +390,16 @@ def _fetch(plan: RepoPlan, f: RemoteFile, token: str | None, bar: Progress) -> N
         have = 0
     task = bar.add_task(f"{plan.role}: {f.name}", total=f.size, completed=have)
     with open(part, "ab") as fh:
-        http_get(meta.location, fh, resume_size=have, headers=headers, expected_size=f.size,
-                 displayed_filename=f.name, tqdm_class=_progress_class(bar, task))  # type: ignore[arg-type]
+        try:
+            http_get(meta.location, _Capped(fh, f.size), resume_size=have, headers=headers,  # type: ignore[arg-type]
+                     expected_size=f.size, displayed_filename=f.name, tqdm_class=_progress_class(bar, task))
+        except _Oversized:
+            fh.close()
+            part.unlink()
+            raise BuunError(f"the Hub sent more of {plan.spec.repo}/{f.name} than the {f.size} bytes it announced; "
+                            "the transfer was cut off there and discarded",
+                            "run the same command again; if it repeats, the Hub or a proxy in between "
+                            f"({hub_endpoint()}) serves something else than it lists", Exit.NETWORK) from None
 
 
 def _verify_and_place(plan: RepoPlan, f: RemoteFile) -> dict[str, Any]:

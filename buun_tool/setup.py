@@ -58,6 +58,9 @@ class Stage:
     # that its outputs are still in place; None = the stage runs every time (it is its own no-op)
     inputs: Callable[[Context], dict[str, Any]] | None = None
     done: Callable[[Context], bool] | None = None
+    # without a matching stamp: whether the work is done all the same, by another route (`buun
+    # patch`, `make dev`, a `buun convert` of its own), judged from the outputs themselves
+    current: Callable[[Context], bool] | None = None
 
 
 # --- stamps ---------------------------------------------------------------------------------
@@ -71,14 +74,20 @@ def _digest(inputs: dict[str, Any]) -> str:
 
 
 def is_done(stage: Stage, ctx: Context) -> bool:
-    """Finished before, with the same inputs, and its outputs still in place."""
+    """Finished before (by setup, with the same inputs, its outputs still in place; or by any
+    other route, as its outputs show)."""
     if stage.inputs is None or stage.done is None:
         return False
     try:
         stamp = json.loads(_stamp_file(ctx, stage.name).read_text())
-        return stamp.get("inputs") == _digest(stage.inputs(ctx)) and stage.done(ctx)
+        if stamp.get("inputs") == _digest(stage.inputs(ctx)) and stage.done(ctx):
+            return True
     except (FileNotFoundError, json.JSONDecodeError, BuunError):
-        return False  # no stamp, or an earlier stage is missing: the stage must run
+        pass  # no stamp, or an earlier stage is missing
+    try:
+        return stage.current is not None and stage.current(ctx)
+    except BuunError:
+        return False
 
 
 def _mark_done(stage: Stage, ctx: Context) -> None:
@@ -129,6 +138,16 @@ def _build(ctx: Context) -> None:
     build.build(build.plan(cpu=ctx.cpu))
 
 
+def _patch(ctx: Context) -> None:
+    console.ok(patches.describe_applied(patches.apply()))
+
+
+def _server_args(ctx: Context) -> list[str]:
+    """llama-server's arguments beyond the recipe's: a CPU setup offloads no layer, then the
+    user's own flags (after `--`), which win."""
+    return [*(("-ngl", "0", "-ngld", "0") if ctx.cpu else ()), *ctx.extra]
+
+
 def _pull_inputs(ctx: Context) -> dict[str, Any]:
     return {role: [s.repo, s.revision, sorted(s.files)] for role, s in ctx.recipe.repos().items()}
 
@@ -145,6 +164,20 @@ def _pulled(ctx: Context) -> bool:
     return all(_quiet(lambda r=role: pull.require_pulled(ctx.recipe, r, ctx.models_dir)) for role in pull.ROLES)
 
 
+def _pulled_as_recipe(ctx: Context) -> bool:
+    """Every role's folder holds the recipe's repo and revision, each file as it was verified."""
+    for role, spec in ctx.recipe.repos().items():
+        folder = ctx.layout.role_dir(role)
+        manifest = pull.read_manifest(folder)
+        if not manifest or (manifest.get("repo"), manifest.get("revision")) != (spec.repo, spec.revision):
+            return False
+        for name in spec.files:
+            entry = manifest["files"].get(name)
+            if entry is None or not (folder / name).is_file() or not pull.unchanged(folder / name, entry):
+                return False
+    return True
+
+
 def _convert_inputs(ctx: Context) -> dict[str, Any]:
     pin = vendor.load_pin()
     return {"sources": _commits(ctx, ("drafter", "tokenizer")), "quant": ctx.recipe.quantize,
@@ -154,7 +187,7 @@ def _convert_inputs(ctx: Context) -> dict[str, Any]:
 def _serve(ctx: Context) -> spec_mod.LaunchSpec:
     lay = ctx.layout
     spec, key = spec_mod.resolve(str(ctx.recipe.source), model=lay.target_gguf, draft=lay.drafter_gguf(),
-                                 host=ctx.host, port=ctx.port, extra=list(ctx.extra), api_key=ctx.api_key,
+                                 host=ctx.host, port=ctx.port, extra=_server_args(ctx), api_key=ctx.api_key,
                                  no_api_key=ctx.no_api_key)
     inst = instance.Instance(spec.name)
     current = control.status(inst, key)
@@ -180,22 +213,25 @@ STAGES: tuple[Stage, ...] = (
     Stage("doctor", "check the OS, GPU, toolchain, disk and GPU memory", _doctor),
     Stage("vendor", "fetch the pinned llama.cpp into vendor/llama.cpp", lambda ctx: vendor.vendor(),
           inputs=lambda ctx: {"pin": vendor.load_pin().tree},
-          done=lambda ctx: vendor.state().at_pin),
-    Stage("patch", "apply the patch series", lambda ctx: patches.apply(),
+          done=lambda ctx: vendor.state().at_pin, current=lambda ctx: vendor.state().at_pin),
+    Stage("patch", "apply the patch series", _patch,
           inputs=lambda ctx: {"pin": vendor.load_pin().tree, "patches": patches.fingerprint()},
-          done=lambda ctx: all(s.state == "applied" for s in patches.status())),
+          done=lambda ctx: all(s.state == "applied" for s in patches.status()),
+          current=lambda ctx: vendor.state().at_pin and all(s.state == "applied" for s in patches.status())),
     Stage("build", "build llama.cpp (a no-op when its stamp matches)", _build),
     Stage("pull", "download the target GGUF, the drafter and the tokenizer",
           lambda ctx: pull.pull(ctx.recipe, ctx.models_dir),
-          inputs=_pull_inputs, done=_pulled),
+          inputs=_pull_inputs, done=_pulled, current=_pulled_as_recipe),
     Stage("drafter", "copy the tokenizer files into the drafter folder",
           lambda ctx: drafter.prepare(ctx.recipe, ctx.models_dir),
           inputs=lambda ctx: _commits(ctx, ("drafter", "tokenizer")),
-          done=lambda ctx: _quiet(lambda: drafter.check_folder(ctx.recipe, ctx.models_dir))),
+          done=lambda ctx: _quiet(lambda: drafter.check_folder(ctx.recipe, ctx.models_dir)),
+          current=lambda ctx: drafter.is_prepared(ctx.recipe, ctx.models_dir)),
     Stage("convert", "convert the drafter to GGUF, quantize and verify it",
           lambda ctx: convert_stage.convert(ctx.recipe, ctx.models_dir),
           inputs=_convert_inputs,
-          done=lambda ctx: _quiet(lambda: convert_stage.require_converted(ctx.recipe, ctx.models_dir))),
+          done=lambda ctx: _quiet(lambda: convert_stage.require_converted(ctx.recipe, ctx.models_dir)),
+          current=lambda ctx: convert_stage.made_from_pulled(ctx.recipe, ctx.models_dir)),
     Stage("serve", "start the supervised llama-server and wait until it is ready", _serve),
 )
 
@@ -282,25 +318,55 @@ def _download_detail(ctx: Context) -> str:
     return f"{files} file(s), {pull.bytes_needed(plans) / 2**30:.2f} GiB to download"
 
 
+def _build_row(ctx: Context, stage: Stage, earlier_run: bool) -> PlanRow:
+    p = build.plan(cpu=ctx.cpu)
+    what = f"build llama.cpp for the {'GPU (CUDA, sm_' + str(p.arch) + ')' if p.variant == 'cuda' else 'CPU'}"
+    try:
+        done = not earlier_run and build.up_to_date(p)
+    except BuunError:
+        done = False
+    return PlanRow(stage.name, "skip" if done else "run", what + (": up to date" if done else ""))
+
+
+def _serve_row(ctx: Context, stage: Stage, argv: list[str]) -> PlanRow:
+    inst = instance.Instance(ctx.recipe.name)
+    running = inst.read_spec()
+    same = (control.status(inst).get("state") == "ready" and bool(running)
+            and spec_mod.LaunchSpec.from_json(running).argv == argv)
+    return PlanRow(stage.name, "skip" if same else "run",
+                   f"{ctx.recipe.name} is already running with this command" if same else stage.what)
+
+
 def plan(ctx: Context) -> list[PlanRow]:
-    rows = []
-    for stage in STAGES:
-        if stage.inputs is None:
-            rows.append(PlanRow(stage.name, "check", stage.what))
-            continue
-        done = is_done(stage, ctx)
-        rows.append(PlanRow(stage.name, "skip" if done else "run", stage.what))
-        if stage.name == "pull" and not done:
-            rows[-1].detail = _download_detail(ctx)
+    """What `run` would do, stage by stage: the same checks, nothing changed."""
     lay = ctx.layout
     binary = "llama-server"
     try:
         binary = str(build.find_binary("llama-server"))
     except NotReadyError:
         pass
-    flags = command.merge(command.recipe_flags(ctx.recipe.server_flags), command.parse_args(ctx.extra))
-    argv = command.server_argv(binary, str(lay.target_gguf), str(lay.drafter_gguf()), ctx.host, ctx.port, flags)
-    rows[-1].detail = command.display(argv)
+    # as spec_mod.resolve builds it (no secret among the flags, the recipe's name as --alias), so
+    # that it compares equal to the command of a server that runs
+    overrides = command.parse_args(_server_args(ctx))
+    flags, secrets = command.take_secrets(command.merge(command.recipe_flags(ctx.recipe.server_flags), overrides))
+    flags, _ = spec_mod.with_context(ctx.recipe, flags, overrides)
+    argv = command.server_argv(binary, str(lay.target_gguf), str(lay.drafter_gguf()), ctx.host, ctx.port, flags,
+                               alias=ctx.recipe.name)
+    key = ctx.api_key or secrets.get("--api-key")
+    rows: list[PlanRow] = []
+    for stage in STAGES:
+        if stage.name == "build":  # a vendor or patch that runs first changes the tree it builds
+            rows.append(_build_row(ctx, stage, any(r.action == "run" for r in rows)))
+        elif stage.name == "serve":
+            rows.append(_serve_row(ctx, stage, argv))
+            rows[-1].detail = command.display(argv, key)
+        elif stage.inputs is None:
+            rows.append(PlanRow(stage.name, "check", stage.what + (" (CPU: no CUDA needed)" if ctx.cpu else "")))
+        else:
+            done = is_done(stage, ctx)
+            rows.append(PlanRow(stage.name, "skip" if done else "run", stage.what))
+            if stage.name == "pull" and not done:
+                rows[-1].detail = _download_detail(ctx)
     return rows
 
 
@@ -322,6 +388,7 @@ def run(ctx: Context, yes: bool = False) -> tuple[spec_mod.LaunchSpec, Smoke]:
     for stage in STAGES:
         if is_done(stage, ctx):
             console.ok(f"{stage.name}: done (inputs unchanged), skipped")
+            _mark_done(stage, ctx)  # done by another route: stamped, so the next check is the cheap one
             continue
         console.step(f"{stage.name}: {stage.what}")
         result = stage.run(ctx)

@@ -87,6 +87,9 @@ def fake_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeProject
     project.write_pin(_tree_hash_of(FILES, tmp_path),
                       [{"kind": "git", "url": f"file://{upstream}"}, {"kind": "archive"}])
     monkeypatch.setenv("BUUN_ROOT", str(root))
+    # the fake checkout's own tree, build and series, whatever the developer's shell points at
+    for var in ("BUUN_LLAMA_DIR", "BUUN_BUILD_DIR", "BUUN_PATCHES_DIR"):
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("BUUN_CACHE_DIR", str(tmp_path / "cache"))
     return project
 

@@ -51,6 +51,7 @@ class Chromium:
         self._buf = b""
         self._id = 0
         self.session: str | None = None
+        self.events: list[dict[str, Any]] = []  # what Chromium reported between replies, in order
 
     def close(self) -> None:
         for fd in (self._cmd_w, self._res_r):
@@ -88,18 +89,44 @@ class Chromium:
         deadline = time.monotonic() + timeout
         while True:
             reply = self._read_message(max(deadline - time.monotonic(), 0.01))
-            if reply.get("id") == self._id:  # events (no id) are not needed here
+            if reply.get("id") == self._id:
                 if "error" in reply:
                     raise CdpError(f"{method}: {reply['error']}")
                 return reply.get("result", {})
+            if "method" in reply:
+                self.events.append(reply)
 
-    def open_page(self, url: str) -> None:
+    def open_page(self, url: str, watch: bool = False) -> None:
+        """Open url in a new tab; with `watch`, its requests and log entries are recorded from the
+        start (console_errors, requests)."""
         target = self.call("Target.createTarget", {"url": "about:blank"}, browser=True)["targetId"]
         self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True},
                                  browser=True)["sessionId"]
         self.call("Page.enable")
         self.call("Runtime.enable")
+        if watch:
+            self.call("Network.enable")
+            self.call("Log.enable")
         self.call("Page.navigate", {"url": url})
+
+    def console_errors(self) -> list[str]:
+        """console.error/assert calls, uncaught exceptions and the browser's own error log entries
+        (a resource that failed to load, a blocked request) seen so far."""
+        out = []
+        for e in self.events:
+            p = e.get("params", {})
+            if e["method"] == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+                out.append(" ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", [])))
+            elif e["method"] == "Runtime.exceptionThrown":
+                details = p.get("exceptionDetails", {})
+                out.append(details.get("exception", {}).get("description") or details.get("text", "exception"))
+            elif e["method"] == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
+                out.append(p["entry"].get("text", ""))
+        return out
+
+    def requests(self) -> list[str]:
+        """The URLs the page requested so far (open_page with watch), data: URLs included."""
+        return [e["params"]["request"]["url"] for e in self.events if e["method"] == "Network.requestWillBeSent"]
 
     def js(self, expression: str) -> Any:
         r = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True})

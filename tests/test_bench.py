@@ -1,13 +1,13 @@
-"""`buun bench`: prompt suites, llama-server launching, metrics, summary, JSON and PNG."""
+"""`buun bench`: prompt suites, llama-server launching, metrics, summary, JSON and its matplotlib chart."""
 
 from __future__ import annotations
 
+import io
 import json
 import socket
-import struct
+import subprocess
 import sys
 import textwrap
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +15,10 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import bench, chart, patches
+from buun_tool import bench, chart, figures, patches
 from buun_tool.cli.app import app
 from buun_tool.errors import BuunError
+from tests.bench_files import NO_MATPLOTLIB, RECORDED
 
 # /metrics of a DFlash llama-server (pinned upstream), trimmed
 METRICS = """\
@@ -69,21 +70,16 @@ def _port_closed(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
-def _png_pixels(path: Path) -> np.ndarray:
-    """Decode the PNGs chart.py writes (8-bit RGB, filter 0) into an array."""
-    data = path.read_bytes()
+def _png_pixels(data: bytes) -> np.ndarray:
+    """An RGB array of a PNG (Pillow comes with matplotlib)."""
+    from PIL import Image
+
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, chunks = 8, {}
-    while pos < len(data):
-        (n,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
-        assert struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])[0] == zlib.crc32(kind + body)
-        chunks[kind] = chunks.get(kind, b"") + body
-        pos += 12 + n
-    w, h = struct.unpack(">II", chunks[b"IHDR"][:8])
-    rows = np.frombuffer(zlib.decompress(chunks[b"IDAT"]), dtype=np.uint8).reshape(h, 1 + 3 * w)
-    assert not rows[:, 0].any()
-    return rows[:, 1:].reshape(h, w, 3)
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+
+def _rgb(hex_colour: str) -> np.ndarray:
+    return np.array([int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)], dtype=np.uint8)
 
 
 class TestPrompts:
@@ -131,6 +127,11 @@ class TestServerCommands:
         host = bench.ServerFlags(ctx=4096, draft_max=15, backend_sampling=False)
         on_host = bench.server_argv(Path("/b/llama-server"), Path("t.gguf"), Path("d.gguf"), cfgs[2], host, 9000)
         assert "-bs" not in on_host
+
+    def test_al_sweep_adds_one_to_ten_after_the_lengths_given(self) -> None:
+        assert bench.synthetic_lengths([7.67, 2.0], sweep=True) == [7.67, 2.0, 1.0, *map(float, range(3, 11))]
+        assert bench.synthetic_lengths([7.67], sweep=False) == [7.67]
+        assert bench.synthetic_lengths(None, sweep=False) == []
 
     def test_real_acceptance_when_no_length_is_forced(self) -> None:
         assert [c.label for c in bench.configs(ar=False, synthetic_al=None)] == ["DFlash"]
@@ -198,14 +199,33 @@ class TestLocalServer:
 
 class TestChart:
     def test_bars_legend_and_file(self, tmp_path: Path) -> None:
-        path = chart.bar_chart(tmp_path / "c.png", "tok/s", ["code raw", "math raw"], ["AR", "DFlash"],
-                               [[40.0, 120.0], [38.0, None]], subtitle="test", notes=[["", "3.0x"], ["", ""]])
-        px = _png_pixels(path)
-        colours = {tuple(c) for c in px.reshape(-1, 3)}
-        assert chart.PALETTE[0] in colours and chart.PALETTE[1] in colours
-        # the DFlash bar of the first group is three times as tall as its AR bar
-        heights = [int((px == np.array(c, dtype=np.uint8)).all(axis=2).any(axis=1).sum()) for c in chart.PALETTE[:2]]
-        assert heights[1] > 2 * heights[0]
+        fig = chart.grouped_bars("tok/s", ["code raw", "math raw"], ["AR", "DFlash"], [[40.0, 120.0], [38.0, None]],
+                                 subtitle="test", notes=[["", "3.0x"], ["", ""]])
+        px = _png_pixels(chart.save(fig, tmp_path / "c.png").read_bytes())
+        # the DFlash bar of the first group is three times as tall as the AR bars
+        heights = [int((px == _rgb(c)).all(axis=2).any(axis=1).sum()) for c in chart.PALETTE[:2]]
+        assert heights[0] > 0 and 2.5 * heights[0] < heights[1] < 3.5 * heights[0]
+
+    def test_recorded_run_fits_its_axis_and_its_title(self) -> None:
+        """The issue's two faults of the old renderer: an axis to 1000 for values under 500, a cut title."""
+        data = bench.read_json(RECORDED)
+        fig = figures.decode_speed(data)
+        top = max(r["decode_tps"] for r in data["summary"])
+        assert top < fig.axes[0].get_ylim()[1] < 1.3 * top
+        renderer = fig.canvas.get_renderer()
+        box = fig.bbox
+        texts = [fig._suptitle, fig.axes[0].title, *fig.axes[0].get_legend().get_texts()]
+        for t in texts:
+            extent = t.get_window_extent(renderer)
+            assert t.get_text() and box.x0 <= extent.x0 and extent.x1 <= box.x1 and extent.y1 <= box.y1, t.get_text()
+
+    def test_without_matplotlib_charts_say_how_to_get_them(self, tmp_path: Path) -> None:
+        code = ("import sys; sys.modules['matplotlib'] = None\n"
+                "from pathlib import Path\nfrom buun_tool import chart\nfrom buun_tool.errors import NotReadyError\n"
+                "try:\n    chart.grouped_bars('t', ['g'], ['s'], [[1.0]])\n"
+                "except NotReadyError as exc:\n    print(exc.hint)\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and "pip install 'buun[bench]'" in out.stdout, out.stderr
 
 
 @pytest.mark.slow
@@ -220,7 +240,7 @@ class TestEndToEnd:
             "bench", "--target", str(target), "--drafter", str(drafter), "--synthetic-al", "3",
             "--suite", "math", "--mode", "raw,chat", "--prompts", "1", "--n-predict", "8", "--ctx", "1024",
             "--server-args=-nr",  # no AMX repacking: its kernels fault on some VMs
-            "--out", str(tmp_path)])
+            "--report", "--bandwidth-gbs", "50", "--out", str(tmp_path)])
         assert res.exit_code == 0, res.output
         data = json.loads((tmp_path / "bench.json").read_text())
         rows = {(r["config"], r["mode"]): r for r in data["summary"]}
@@ -235,6 +255,25 @@ class TestEndToEnd:
         assert data["commands"]["ar"][-1] == "-nr"
         assert data["machine"]["cpu"] and data["prompt_sources"]["math"].endswith("math.jsonl")
         assert data["options"]["env"] == {"LLAMA_RS_ROLLBACK": "snapshot"}
-        assert _png_pixels(tmp_path / "bench.png").shape[2] == 3
+        assert _png_pixels((tmp_path / "bench.png").read_bytes()).shape[2] == 3
+        # format 2: the prompts' text and what the bandwidth bound needs
+        assert data["format"] == bench.FORMAT and data["prompts"][0]["text"]
+        lim = data["limits"]
+        assert lim["bandwidth_gbs"] == 50 and lim["bandwidth_source"] == "--bandwidth-gbs"
+        assert lim["target_bytes"] > lim["drafter_bytes"] > 0 and target.name in lim["weights_source"]
+        html = (tmp_path / "report.html").read_text()
+        assert "bandwidth bound: AL x 50 GB/s" in html and 'id="chart-al-sweep"' in html
         for argv in data["commands"].values():  # every server is gone
             assert _port_closed(int(argv[argv.index("--port") + 1]))
+
+    def test_without_matplotlib_the_json_is_written_and_the_chart_explained(
+            self, tiny_pair: tuple[Path, Path], llama_bin: Path, tmp_path: Path) -> None:
+        target, drafter = tiny_pair
+        out = subprocess.run([*NO_MATPLOTLIB, "bench", "--target", str(target), "--drafter", str(drafter), "--no-ar",
+                              "--synthetic-al", "2", "--suite", "math", "--mode", "raw", "--prompts", "1",
+                              "--n-predict", "8", "--ctx", "1024", "--server-args=-nr", "--out", str(tmp_path)],
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stdout + out.stderr
+        said = " ".join(out.stderr.split())  # rich wraps long lines
+        assert "no chart: charts need matplotlib" in said and "pip install 'buun[bench]'" in said
+        assert bench.read_json(tmp_path / "bench.json")["summary"] and not (tmp_path / "bench.png").exists()

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import build, paths
+from buun_tool import build, patches, paths, vendor
 from buun_tool.cli.app import app
-from buun_tool.errors import NotReadyError, UsageError
+from buun_tool.errors import Exit, NotReadyError, UsageError
+from tests.fake_llama import FakeProject, commit_change, run
 
 runner = CliRunner()
 
@@ -63,3 +64,44 @@ def test_cpu_plan_and_bad_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
         build.plan(cpu=True, cuda=True)
     with pytest.raises(UsageError):
         build.plan(cpu=True, ui="sometimes")
+
+
+def _two_patch_series(p: FakeProject) -> list[str]:
+    vendor.vendor()
+    commit_change(p.llama, "common/arg.cpp", "int option_3 = 3;", "int option_3 = 33;", "arg: first change")
+    commit_change(p.llama, "common/speculative.cpp", "// line 20", "// line twenty", "spec: second change")
+    return patches.export()
+
+
+@pytest.mark.parametrize("tree", ["pending", "partly applied", "stale"])
+def test_build_refuses_a_tree_without_the_whole_series(fake_project: FakeProject, tree: str) -> None:
+    first, second = _two_patch_series(fake_project)
+    if tree == "pending":
+        patches.reverse()
+        want = [f"{first}: pending", f"{second}: pending"]
+    elif tree == "partly applied":
+        run("git", "-C", str(fake_project.llama), "reset", "-q", "--hard", "HEAD~1")
+        want = [f"{second}: pending"]
+    else:  # patches/ changed after the series was applied (a git pull, say)
+        f = fake_project.patches / first
+        f.write_text(f.read_text().replace("+int option_3 = 33;", "+int option_3 = 333;"))
+        want = [f"{first}: stale"]
+    result = runner.invoke(app, ["build", "--cpu", "--ui", "none"])
+    assert result.exit_code == Exit.NOT_READY, result.output
+    assert "does not carry the whole patch series" in result.output and "run `buun patch`" in result.output
+    for line in want:
+        assert line in result.output
+    assert not paths.build_dir("cpu").exists()  # refused before cmake configured anything
+    patches.apply()
+    patches.require_applied()  # the whole series: the build may go on
+
+
+def test_a_full_disk_is_a_clean_error_whatever_write_meets_it(fake_project: FakeProject) -> None:
+    vendor.vendor()  # an empty series: nothing to apply
+    log = paths.build_dir("cpu") / "build.log"
+    log.parent.mkdir(parents=True)
+    log.symlink_to("/dev/full")  # every write to the build log answers ENOSPC, as on a full disk
+    result = runner.invoke(app, ["build", "--cpu", "--ui", "none"])
+    assert result.exit_code == Exit.DISK, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)  # no traceback
+    assert "the disk is full" in result.output and "free some space" in result.output

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -62,6 +63,17 @@ class TestDrafterFolder:
         vocab = pull.layout(pulled).drafter_dir / "vocab.json"
         vocab.write_text("{}")
         assert drafter.prepare(pulled).copied == ["vocab.json"]
+
+    def test_a_full_disk_leaves_no_half_copy(self, pulled: recipes.Recipe):
+        drafter.prepare(pulled)
+        vocab = pull.layout(pulled).drafter_dir / "vocab.json"
+        vocab.write_text("{}")  # to be copied again
+        tmp = vocab.with_name(f".vocab.json.{os.getpid()}.tmp")
+        tmp.symlink_to("/dev/full")  # the copy's first write answers ENOSPC, as on a full disk
+        res = CliRunner().invoke(app, ["drafter", str(pulled.source)])
+        assert res.exit_code == Exit.DISK, res.output
+        assert "the disk is full" in res.output
+        assert not tmp.is_symlink() and not tmp.exists() and vocab.read_text() == "{}"
 
     def test_refuses_to_overwrite_the_drafters_config(self, pulled: recipes.Recipe, tmp_path: Path):
         data = recipes.load_file(write_recipe(tmp_path / "bad.yaml", tokenizer={
@@ -256,16 +268,65 @@ class TestConvert:
         assert _sha(lay.drafter_gguf()) == good
         assert [p.name for p in lay.gguf_dir.iterdir() if "partial" in p.name] == []
 
-    def test_a_failed_conversion_keeps_the_previous_ggufs(self, converted: Converted, models: Path):
+    def test_a_failed_conversion_keeps_the_previous_ggufs(self, converted: Converted, models: Path,
+                                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         lay = pull.layout(converted.recipe, models)
-        weights = lay.drafter_dir / "model.safetensors"
-        weights.write_bytes(weights.read_bytes()[:4096])  # a truncated download, say
+        # a converter that writes half a file under the name it was given, then dies (a truncated
+        # source is refused before the converter runs: test_a_changed_source_is_refused_...)
+        python = tmp_path / "python"
+        python.write_text('#!/bin/sh\nwhile [ "$1" != --outfile ]; do shift; done\nhead -c 1000 /dev/zero > "$2"\n'
+                          'echo "RuntimeError: out of memory" >&2\nexit 1\n')
+        python.chmod(0o755)
+        monkeypatch.setenv("BUUN_CONVERTER_PYTHON", str(python))
         before = {p.name: _sha(p) for p in lay.gguf_dir.iterdir()}
         with pytest.raises(CommandError) as info:
             convert.convert(converted.recipe, models, force=True)
         assert "the GGUF converter failed" in info.value.message
         assert info.value.log_path and Path(info.value.log_path).is_file()
         assert {p.name: _sha(p) for p in lay.gguf_dir.iterdir()} == before
+
+    def test_a_changed_source_is_refused_until_pull_verify_repairs_it(self, converted: Converted, models: Path,
+                                                                      tiny_hub: FakeHub):
+        lay = pull.layout(converted.recipe, models)
+        weights = lay.drafter_dir / "model.safetensors"
+        data = bytearray(weights.read_bytes())
+        data[-100] ^= 0xFF  # a byte flipped on disk after the pull
+        weights.write_bytes(bytes(data))
+        before = {p.name: _sha(p) for p in lay.gguf_dir.iterdir()}
+        args = [str(converted.recipe.source), "--models-dir", str(models)]
+        res = CliRunner().invoke(app, ["convert", *args])
+        assert res.exit_code == Exit.NOT_READY, res.output
+        out = "".join(res.output.split())  # rich wraps long paths anywhere
+        assert "sourcefileschangedondisksince`buunpull`verifiedthem" in out and str(weights) in out
+        assert "run`buunpull--verifytiny-dflash`" in out
+        assert {p.name: _sha(p) for p in lay.gguf_dir.iterdir()} == before
+        res = CliRunner().invoke(app, ["pull", *args, "--only", "drafter,tokenizer", "--verify"])
+        assert res.exit_code == 0, res.output
+        res = CliRunner().invoke(app, ["convert", *args, "--json"])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.stdout)["rebuilt"] is False  # the GGUF was made from the good bytes
+
+    def test_a_changed_source_is_refused_even_with_its_old_mtime(self, converted: Converted, models: Path):
+        weights = pull.layout(converted.recipe, models).drafter_dir / "model.safetensors"
+        st = weights.stat()
+        data = bytearray(weights.read_bytes())
+        data[-100] ^= 0xFF
+        weights.write_bytes(bytes(data))
+        os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))  # size and mtime as the manifest says
+        with pytest.raises(NotReadyError) as info:
+            convert.convert(converted.recipe, models, force=True)  # a conversion hashes what it reads
+        assert str(weights) in info.value.message and "buun pull --verify" in (info.value.hint or "")
+
+    def test_a_gguf_whose_record_does_not_vouch_for_its_sources_is_made_again(self, converted: Converted,
+                                                                           models: Path):
+        final = pull.layout(converted.recipe, models).drafter_gguf()
+        record_path = convert.provenance_path(final)
+        record = json.loads(record_path.read_text())
+        assert record["buun_provenance"] == convert.PROVENANCE
+        record["buun_provenance"] = 1  # older buun: source hashes copied from the manifest, not read
+        record_path.write_text(json.dumps(record))
+        result = convert.convert(converted.recipe, models)
+        assert result.rebuilt and json.loads(record_path.read_text())["buun_provenance"] == convert.PROVENANCE
 
     def test_the_pair_answers_in_llama_server(self, converted: Converted, llama_bin: Path, tmp_path: Path):
         lay = pull.layout(converted.recipe, converted.models)

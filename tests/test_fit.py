@@ -180,3 +180,63 @@ class TestMeasured:
                 assert measured == pytest.approx(c.bytes / MIB, rel=0.10), c.key
             else:  # exact up to the log's two decimals
                 assert measured == pytest.approx(c.bytes / MIB, abs=0.01), c.key
+
+
+# --- the context a server gets by default -----------------------------------------------------
+
+def _gpu_machine(tmp_path: Path, mib: int) -> dict[str, str]:
+    """An environment whose nvidia-smi (a script on PATH) reports one RTX 3090 with `mib` MiB."""
+    import os
+
+    bin_dir = tmp_path / "gpu-bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\necho 'NVIDIA GeForce RTX 3090, 8.6, {mib}, 580.65'\n")
+    smi.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+
+
+def _server_c(env: dict[str, str], *args: str) -> str:
+    """The -c of the server command `buun setup --dry-run` prints."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "buun_tool", "setup", "--dry-run", *args], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    command = next(line for line in out.stdout.splitlines() if line.startswith("server command:")).split()
+    return command[command.index("-c") + 1]
+
+
+@pytest.mark.slow
+def test_the_context_fits_the_card_unless_pinned(tmp_path: Path) -> None:
+    env = _gpu_machine(tmp_path, 24576)
+    res = CliRunner().invoke(app, ["fit", "--gpu-mem", "24", "--json"])
+    assert res.exit_code == 0, res.output
+    best = json.loads(res.stdout)["max_ctx"]
+    assert best > 6048
+    assert _server_c(env) == str(best)  # the recipe's `-c: fit`: what `buun fit` finds for this card
+    assert _server_c(env, "qwen3.5-27b-dflash", "--", "-c", "1000") == "1000"  # the command line wins
+    assert _server_c(env, "--cpu") == "6048"  # -ngl 0: no card to fit, buun's default
+    pinned = tmp_path / "pinned.yaml"
+    source = recipes.load().source.read_text()
+    assert "    -c: fit\n" in source
+    pinned.write_text(source.replace("    -c: fit\n", "    -c: 4096\n"))
+    assert _server_c(env, "--recipe-file", str(pinned)) == "4096"  # a recipe may pin it
+
+
+def test_the_context_choice_says_why(tmp_path: Path) -> None:
+    from buun_tool.build import Gpu
+
+    r = recipes.load()
+    card = [Gpu("NVIDIA GeForce RTX 3090", "8.6", 24576, "580")]
+    chosen = fit.choose_context(r, r.server_flags, False, card)
+    assert chosen.value == fit.max_context(r, fit.flags_from_recipe(r), 24.0, fit.MARGIN_GIB,
+                                           weights=fit.default_weights(r))
+    assert chosen.why == "the largest that fits the NVIDIA GeForce RTX 3090 (24.0 GiB), from `buun fit`"
+    assert fit.choose_context(r, {"-c": "fit"}, False, []).why == "no GPU found to fit: buun's default"
+    assert fit.choose_context(r, {"-c": "512"}, True, card) == fit.ContextChoice(512, "set on the command line")
+    assert fit.choose_context(r, {"-c": 4096}, False, card).why == f"pinned by the recipe ({r.source.name})"
+    small = fit.choose_context(r, {"-c": "fit"}, False, [Gpu("tiny", "8.6", 4096, "580")])
+    assert small.value == 6048 and "no context fits the tiny (4.0 GiB)" in small.why

@@ -177,6 +177,44 @@ class TestErrors:
         assert hub.requests(kind="resolve") == []
 
 
+class TestFullDisk:
+    """A full disk, made at the OS level: the write goes to /dev/full, which answers ENOSPC."""
+
+    def test_writing_the_manifest_on_a_full_disk_is_a_clean_error(self, hub: FakeHub, recipe: recipes.Recipe):
+        pull.pull(recipe, roles=("drafter",))
+        folder = pull.layout(recipe).drafter_dir
+        manifest = (folder / pull.MANIFEST).read_text()
+        tmp = folder / f".{pull.MANIFEST}.{os.getpid()}.tmp"  # where the next record is written first
+        tmp.symlink_to("/dev/full")
+        result = CliRunner().invoke(app, ["pull", str(recipe.source), "--only", "drafter"])
+        assert result.exit_code == Exit.DISK, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit)  # no traceback
+        out = "".join(result.output.split())  # rich wraps long paths anywhere
+        assert f"thediskisfull:couldnotwrite{folder / pull.MANIFEST}" in out and "freesomespace" in out
+        assert not tmp.exists() and not tmp.is_symlink()  # no temporary file left behind
+        assert (folder / pull.MANIFEST).read_text() == manifest  # the previous record stays
+
+    def test_the_disk_hint_names_buuns_own_stale_partial_files(self, hub: FakeHub, recipe: recipes.Recipe):
+        folder = pull.layout(recipe).target_dir / pull.PARTIAL_DIR
+        folder.mkdir(parents=True)
+        old = folder / f"{GGUF}.0123456789abcdef.part"  # an older version of the file, never to be resumed
+        old.write_bytes(_bytes(1_500_000, 7))
+        hub.reported_sizes[(TARGET, GGUF)] = 2**60
+        err = _fail(recipe)
+        assert err.exit_code == Exit.DISK and "not enough disk space" in err.message
+        assert "1 unfinished download(s) of buun's that nothing resumes take 1.4 MiB" in (err.hint or "")
+        assert f"rm {old}" in (err.hint or "") and "not enough on its own" in (err.hint or "")
+
+    def test_a_hub_that_sends_more_than_it_announced_is_cut_off(self, hub: FakeHub, recipe: recipes.Recipe):
+        hub.reported_sizes[(DRAFTER, "model.safetensors")] = 500_000  # it sends 2,000,000
+        err = _fail(recipe, roles=("drafter",))
+        assert err.exit_code == Exit.NETWORK
+        assert "sent more of z-lab/Qwen3.5-27B-DFlash/model.safetensors than the 500000 bytes it announced" \
+            in err.message
+        partial = pull.layout(recipe).drafter_dir / pull.PARTIAL_DIR
+        assert not partial.exists() or list(partial.iterdir()) == []
+
+
 class TestResume:
     def test_a_dropped_connection_resumes_in_the_same_run(self, hub: FakeHub, recipe: recipes.Recipe):
         big = _bytes(24 << 20, 7)  # over the client's 10 MiB write chunk, so bytes land before the cut

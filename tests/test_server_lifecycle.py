@@ -263,6 +263,36 @@ def test_hung_server_is_restarted(buun: Buun) -> None:
     assert_none_left(buun)
 
 
+def test_status_answers_at_once_while_the_server_hangs(buun: Buun) -> None:
+    from buun_tool.server.control import STATUS_PROBE_TIMEOUT_S
+
+    port = free_port()
+    buun.start("slow", port, "--health-failures", "1000", extra=TEST_FLAGS)  # the supervisor waits long
+    pid = server_pid(buun, "slow")
+    os.kill(pid, signal.SIGSTOP)  # its socket still accepts; nothing answers
+    try:
+        rec = buun.wait_state("slow", lambda r: bool(r.get("unresponsive_since")) and r["health_fails"] >= 2)
+        assert rec["state"] == "ready" and rec["server"]["pid"] == pid
+        t0 = time.monotonic()
+        text = buun("status", "slow", check=True).stdout
+        took = time.monotonic() - t0
+        assert f"timed out after {STATUS_PROBE_TIMEOUT_S:g} s" in text
+        assert "unresponsive since" in text and "the supervisor relaunches it at 1000" in text
+        d = buun.status("slow")
+        assert d["probe_timeout_s"] == STATUS_PROBE_TIMEOUT_S == 0.8
+        assert d["health"] == "timed out after 0.8 s" and d["unresponsive_since"] == rec["unresponsive_since"]
+        assert took < 10, took  # a sanity bound only (the whole CLI, imports included, on a busy box)
+        # the context in use, and why (no GPU here: buun's default; on a GPU, what fits it)
+        assert str(d["context"]["value"]) == rec["command"][rec["command"].index("-c") + 1]
+        assert f"context    {d['context']['value']} ({d['context']['why']})" in text
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    rec = buun.wait_state("slow", lambda r: r.get("unresponsive_since") is None and r["health_fails"] == 0)
+    assert rec["server"]["pid"] == pid  # it answers again: the same server, never relaunched
+    buun("stop", "slow", check=True)
+    assert_none_left(buun)
+
+
 def test_restart_command(buun: Buun) -> None:
     port = free_port()
     buun.start("re", port, extra=TEST_FLAGS)

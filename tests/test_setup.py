@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import pytest
 import requests
 import yaml
 
-from buun_tool import pull, recipes
+from buun_tool import build, pull, recipes
 from buun_tool.server import control
 from buun_tool.server.instance import all_instances
 from tests.hub_server import FakeHub
@@ -57,6 +58,21 @@ def skipped(proc: subprocess.CompletedProcess[str], stage: str) -> bool:
     return f"{stage}: done (inputs unchanged), skipped" in proc.stderr
 
 
+def assert_every_stage_has_a_result_line(stderr: str) -> None:
+    """A skipped stage says so; one that ran prints an `ok` line before the next stage starts."""
+    from buun_tool.setup import STAGES
+
+    headers = {f"==> {s.name}: {s.what}": s.name for s in STAGES}  # pull's own `==> drafter: ...` is no stage
+    headers["==> smoke test:"] = "smoke test"
+    starts = sorted((m.start(), headers[m.group(0)])
+                    for m in re.finditer("^(" + "|".join(map(re.escape, headers)) + ")", stderr, re.M))
+    segments = {name: stderr[a:b] for (a, name), (b, _) in zip(starts, [*starts[1:], (len(stderr), "")], strict=True)}
+    for stage in STAGES:
+        if f"{stage.name}: done (inputs unchanged), skipped" in stderr:
+            continue
+        assert re.search(r"^ok ", segments.get(stage.name, ""), re.M), (stage.name, segments.get(stage.name))
+
+
 def test_setup_runs_then_skips_everything(setup_env: tuple[Path, int]) -> None:
     recipe_file, port = setup_env
     first = run_setup(recipe_file, port)
@@ -64,6 +80,7 @@ def test_setup_runs_then_skips_everything(setup_env: tuple[Path, int]) -> None:
     assert f"http://127.0.0.1:{port}" in first.stdout and "smoke test" in first.stdout
     for stage in ("pull", "drafter", "convert", "serve"):
         assert ran(first, stage), stage
+    assert_every_stage_has_a_result_line(first.stderr)
     # the server it started answers
     r = requests.post(f"http://127.0.0.1:{port}/completion", json={"prompt": "hi", "n_predict": 4}, timeout=60)
     assert r.status_code == 200 and r.json()["timings"]["draft_n"] >= 0
@@ -144,6 +161,72 @@ def test_dry_run_changes_nothing(setup_env: tuple[Path, int]) -> None:
     recipe = recipes.load_file(recipe_file)
     assert not pull.layout(recipe).target_gguf.exists()
     assert not all_instances()
+
+
+def _plan_rows(stdout: str) -> dict[str, tuple[str, str]]:
+    """The dry run's table: stage -> (action, what)."""
+    rows = {}
+    for line in stdout.splitlines():
+        m = re.match(r"^\s*(\w+)\s+(skip|run|check)\s+(.*)$", line)
+        if m:
+            rows[m.group(1)] = (m.group(2), m.group(3).strip())
+    return rows
+
+
+def _buun(*args: str) -> None:
+    out = subprocess.run([sys.executable, "-m", "buun_tool", *args], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+def test_dry_run_shows_what_would_really_run(setup_env: tuple[Path, int]) -> None:
+    recipe_file, port = setup_env
+    before = _plan_rows(run_setup(recipe_file, port, "--dry-run").stdout)
+    assert [before[s][0] for s in ("doctor", "pull", "drafter", "convert", "serve")] == \
+        ["check", "run", "run", "run", "run"]
+    # done by other routes than setup: `make dev` made the tree and the build, these the models
+    for stage in ("pull", "drafter", "convert"):
+        _buun(stage, str(recipe_file))
+    out = run_setup(recipe_file, port, "--dry-run")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = _plan_rows(out.stdout)
+    for stage in ("vendor", "patch", "pull", "drafter", "convert"):
+        assert rows[stage][0] == "skip", (stage, out.stdout)
+    # skipped when the tree is as `make dev` built it (a developer's uncommitted edits make it run)
+    if CPU:
+        want = ("skip", "build llama.cpp for the CPU: up to date") if build.up_to_date(build.plan(cpu=True)) \
+            else ("run", "build llama.cpp for the CPU")
+        assert rows["build"] == want
+    assert "to download" not in out.stdout  # nothing to fetch: no sizes asked of the Hub
+    # --cpu: the CPU build and a server that offloads nothing
+    cpu = run_setup(recipe_file, port, "--dry-run", "--cpu").stdout
+    assert "(CPU:noCUDAneeded)" in "".join(cpu.split()) and " -ngl 0 -ngld 0 " in cpu
+    gpu = subprocess.run([sys.executable, "-m", "buun_tool", "setup", "--recipe-file", str(recipe_file), "--yes",
+                          "--port", str(port), "--dry-run"], capture_output=True, text=True, timeout=300).stdout
+    assert " -ngl 99 -ngld 99 " in gpu and "-ngl 0" not in gpu
+    # and the real run skips what the dry run said it would
+    real = run_setup(recipe_file, port)
+    assert real.returncode == 0, real.stderr[-3000:]
+    for stage in ("vendor", "patch", "pull", "drafter", "convert"):
+        assert skipped(real, stage), (stage, real.stderr[-2000:])
+    # the plan's server command is the one that runs (--alias, no secret): serve is skipped now
+    after = run_setup(recipe_file, port, "--dry-run")
+    assert _plan_rows(after.stdout)["serve"][0] == "skip", after.stdout
+
+
+def test_the_patch_stage_prints_its_result(fake_project, capsys: pytest.CaptureFixture[str]) -> None:
+    from buun_tool import patches, setup, vendor
+    from tests.fake_llama import commit_change
+
+    vendor.vendor()
+    commit_change(fake_project.llama, "common/arg.cpp", "int option_3 = 3;", "int option_3 = 33;", "arg: a change")
+    patches.export()
+    patches.reverse()
+    stage = next(s for s in setup.STAGES if s.name == "patch")
+    recipe_file = Path(__file__).resolve().parent.parent / "recipes" / "qwen3.5-27b-dflash.yaml"
+    ctx = setup.Context(recipes.load_file(recipe_file))  # the checkout's: BUUN_ROOT is the fake one
+    capsys.readouterr()
+    stage.run(ctx)
+    assert "applied 1 of 1 patch(es): 0001-arg-a-change.patch" in capsys.readouterr().err
 
 
 def test_refuses_without_yes_when_not_interactive(setup_env: tuple[Path, int]) -> None:

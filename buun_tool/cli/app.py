@@ -16,7 +16,7 @@ from typer.core import TyperGroup
 
 from buun_tool import __version__
 from buun_tool.console import err, labelled
-from buun_tool.errors import BuunError, Exit
+from buun_tool.errors import DISK_FULL, BuunError, disk_full, exit_interrupted
 
 PIPELINE = "Pipeline (the stages of `buun setup`, in order)"
 SERVER = "Server"
@@ -40,13 +40,21 @@ class _Group(TyperGroup):
         except BuunError as exc:
             if os.environ.get("BUUN_DEBUG"):
                 raise
-            err.print(labelled("error:", "bold red", exc.message))
-            if exc.hint:
-                err.print(labelled("hint:", "bold", exc.hint))
-            ctx.exit(int(exc.exit_code))
-        except KeyboardInterrupt:
-            err.print("[yellow]interrupted[/]: re-run the same command to resume")
-            ctx.exit(int(Exit.INTERRUPTED))
+            _report(ctx, exc)
+        except OSError as exc:  # a full disk can meet any write, not only those that expect it
+            if exc.errno not in DISK_FULL or os.environ.get("BUUN_DEBUG"):
+                raise
+            _report(ctx, disk_full(exc))
+        except (KeyboardInterrupt, typer.Abort):  # Abort: Ctrl-C at a confirmation prompt
+            exit_interrupted()
+
+
+def _report(ctx: click.Context, exc: BuunError) -> None:
+    # the message and hint are literal text (paths, YAML errors, `pip install 'buun[bench]'`)
+    err.print(labelled("error:", "bold red", exc.message))
+    if exc.hint:
+        err.print(labelled("hint:", "bold", exc.hint))
+    ctx.exit(int(exc.exit_code))
 
 
 app = typer.Typer(

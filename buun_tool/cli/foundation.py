@@ -100,12 +100,7 @@ def patch(
         n = patches.reverse()
         console.ok(f"removed {n} patch commit(s); vendor/llama.cpp is the pristine pin")
     else:
-        applied = patches.apply()
-        total = len(patches.series())
-        if applied:
-            console.ok(f"applied {len(applied)} of {total} patch(es): {', '.join(applied)}")
-        else:
-            console.ok(f"all {total} patch(es) already applied")
+        console.ok(patches.describe_applied(patches.apply()))
 
 
 @patch_app.command("export")

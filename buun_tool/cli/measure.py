@@ -3,9 +3,15 @@
     buun synth [RECIPE] [--out DIR] [--scale full|tiny] [--seed N] [--target-type q4_k_m] [--draft-type q4_k]
                                     random-weight GGUFs shaped exactly like the recipe's pair
     buun synth --dry-run            tensor counts and sizes, nothing written
-    buun bench [RECIPE] [--synthetic-al 7.67 ...] [--suite code,math,prose] [--mode raw,chat]
+    buun bench [RECIPE] [--synthetic-al 7.67 ... | --al-sweep] [--suite code,math,prose] [--mode raw,chat]
                [--prompts N] [--n-predict N] [--repeats N] [--target T.gguf --drafter D.gguf | --url URL]
-                                    AR vs DFlash llama-servers: tok/s, TTFT, acceptance; JSON + PNG
+               [--report] [--bandwidth-gbs N]
+                                    AR vs DFlash llama-servers: tok/s, TTFT, acceptance; JSON (+ PNG with matplotlib,
+                                    + one self-contained HTML report with --report)
+    buun bench --report-from bench.json [--out DIR] [--bandwidth-gbs N]
+                                    the HTML report of a recorded run (no server started)
+    buun bench --compare A.json B.json [--out DIR] [--json]
+                                    two recorded runs side by side; differences beyond their own noise flagged
     buun fit [RECIPE] [--gpu-mem 24] [--ctx N] [--ctk q8_0] [--draft-max N] [--measure]
                                     GPU memory by component, the largest context that fits, knobs
 """
@@ -22,8 +28,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from buun_tool import bench, build, console, fit, patches, paths, recipes, synth
-from buun_tool.errors import UsageError
+from buun_tool import bench, build, chart, compare, console, fit, patches, paths, recipes, report, synth
+from buun_tool.errors import NotReadyError, UsageError
 
 RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file (default: qwen3.5-27b-dflash).",
                                                  show_default=False)]
@@ -127,6 +133,8 @@ def bench_cmd(
     synthetic_al: Annotated[list[float] | None, typer.Option(
         "--synthetic-al", help="Force a mean acceptance length with --spec-synth-len (repeatable: one DFlash "
         "server each). Measures step cost on random weights.", show_default=False)] = None,
+    al_sweep: Annotated[bool, typer.Option("--al-sweep", help="Add DFlash servers at synthetic AL 1, 2, ..., 10: "
+                                           "the report's tok/s against AL.")] = False,
     no_ar: Annotated[bool, typer.Option("--no-ar", help="Skip the autoregressive baseline.")] = False,
     ctx: Annotated[int, typer.Option("--ctx", help="llama-server -c.")] = 6048,
     draft_max: Annotated[int | None, typer.Option("--draft-max", help="--spec-draft-n-max (default: block_size-1).",
@@ -139,9 +147,30 @@ def bench_cmd(
                                              show_default=False)] = None,
     load_timeout: Annotated[float, typer.Option("--load-timeout", help="Seconds a server may take to load.")
                             ] = 300.0,
+    report_: Annotated[bool, typer.Option("--report", help="Also write report.html: one self-contained HTML file "
+                                          "with every chart and table (needs matplotlib).")] = False,
+    report_from: Annotated[Path | None, typer.Option("--report-from", help="Write the HTML report of a recorded "
+                                                     "bench.json (into --out, default its folder); runs nothing.",
+                                                     show_default=False)] = None,
+    compare_: Annotated[tuple[Path, Path] | None, typer.Option("--compare", help="Two recorded bench.json files: "
+                                                               "side by side, differences beyond their noise "
+                                                               "flagged; runs nothing.", show_default=False)] = None,
+    bandwidth_gbs: Annotated[float | None, typer.Option("--bandwidth-gbs", help="The card's memory bandwidth (GB/s) "
+                                                        "for the report's bound (default: the datasheet's, for "
+                                                        "known cards).", show_default=False)] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Run AR and DFlash llama-servers over prompt suites: decode and prompt tok/s, TTFT, acceptance."""
+    if report_from and compare_:
+        raise UsageError("--report-from and --compare are two different commands: pass one of them")
+    if bandwidth_gbs is not None and bandwidth_gbs <= 0:
+        raise UsageError(f"--bandwidth-gbs {bandwidth_gbs:g}: expected the card's memory bandwidth in GB/s, "
+                         "for example 936 for an RTX 3090")
+    if report_from:
+        return _report_from(report_from, out, bandwidth_gbs)
+    if compare_:
+        return _compare(*compare_, out, json_out)
+    synthetic_al = bench.synthetic_lengths(synthetic_al, al_sweep) or None
     r = recipes.load(recipe)
     _, dgeo = synth.geometry(r, "full")
     t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale)
@@ -153,19 +182,59 @@ def bench_cmd(
         target=t, drafter=d, url=url, suites=_csv(suite, bench.SUITES, "--suite"),
         modes=_csv(mode, bench.MODES, "--mode"), prompts=prompts or None, n_predict=n_predict, repeats=repeats,
         ar=not no_ar, synthetic_al=list(synthetic_al or []), flags=flags, out_dir=out_dir,
-        load_timeout=load_timeout, models_note=note + (", acceptance forced" if synthetic_al else ""))
+        load_timeout=load_timeout, models_note=note + (", acceptance forced" if synthetic_al else ""),
+        bandwidth_gbs=bandwidth_gbs)
+    if report_:
+        chart.require()  # before the servers run, not after: the report is what was asked for
     if synthetic_al is None and t is not None and target is None:
         console.warn("random-weight models accept almost no draft: pass --synthetic-al to measure step cost")
     result = bench.run(opts)
     json_path = bench.write_json(result, out_dir / "bench.json")
-    png_path = bench.write_chart(result, out_dir / "bench.png")
     if json_out:
         console.print_json(result.to_json())
     else:
         console.out.print(bench.table(result))
         for line in bench.per_position(result):
             console.info(f"acceptance by position: {line}")
-    console.ok(f"results: {json_path}  chart: {png_path}")
+    console.ok(f"results: {json_path}")
+    try:
+        console.ok(f"chart: {bench.write_chart(result, out_dir / 'bench.png')}")
+    except NotReadyError as exc:  # matplotlib is optional: the JSON above is the result
+        _no_chart(exc)
+        return
+    if report_:
+        console.ok(f"report: {report.write(result.to_json(), out_dir / 'report.html')}")
+
+
+def _no_chart(exc: NotReadyError) -> None:
+    console.warn(f"no chart: {exc.message}; {exc.hint}")  # literal text: the hint's [bench] stays
+
+
+def _report_from(path: Path, out: Path | None, bandwidth_gbs: float | None) -> None:
+    data = bench.read_json(path)
+    html_path = report.write(data, (out or path.parent) / "report.html", bandwidth_gbs)
+    console.ok(f"report: {html_path}")
+
+
+def _compare(a_path: Path, b_path: Path, out: Path | None, json_out: bool) -> None:
+    a, b = bench.read_json(a_path), bench.read_json(b_path)
+    result = compare.compare(a, b, a_path, b_path)
+    for w in result.warnings:
+        console.warn(w)
+    if json_out:
+        console.print_json(compare.to_json(result))
+    else:
+        console.out.print(compare.table(result))
+        if any(r.flagged is None for r in result.rows):
+            console.info("no noise measure: a row with one request in each run (run with --repeats 2 or more)")
+    try:
+        fig = compare.figure(result, a, b)
+    except NotReadyError as exc:
+        _no_chart(exc)
+        return
+    out_dir = out or paths.bench_dir() / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    console.ok(f"chart: {chart.save(fig, out_dir / 'compare.png')}")
 
 
 # --- fit -------------------------------------------------------------------------------------
@@ -227,7 +296,8 @@ def fit_cmd(
                                                       help="Recurrent-state rollback: tape (buun's patch 0005) or "
                                                       "snapshot (upstream's planes); default: "
                                                       "LLAMA_RS_ROLLBACK, else tape.", show_default=False)] = None,
-    margin: Annotated[float, typer.Option("--margin", help="GiB kept free (display, fragmentation).")] = 0.25,
+    margin: Annotated[float, typer.Option("--margin", help="GiB kept free (display, fragmentation).")
+                      ] = fit.MARGIN_GIB,
     measure_: Annotated[bool, typer.Option("--measure", help="Also load the synthetic pair in the real "
                                            "llama-server and read what it allocates.")] = False,
     scale: ScaleOpt = None,

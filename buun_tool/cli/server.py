@@ -18,6 +18,7 @@ its spellings: -c / --ctx-size); `--drop FLAG` leaves a recipe flag out.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -253,7 +254,15 @@ def _print_status(d: dict[str, Any]) -> None:
     row("target", files.get("target"))
     row("draft", files.get("draft"))
     row("endpoint", d.get("endpoint") if state != "stopped" else None)
+    context = d.get("context")
+    row("context", f"{context['value']} ({context['why']})" if context and state != "stopped" else None)
     row("health", d.get("health"))
+    if d.get("unresponsive_since"):
+        since = d["unresponsive_since"]
+        allowed = d.get("health_failures_allowed")
+        row("warning", f"unresponsive since {time.strftime('%H:%M:%S', time.localtime(since))} "
+            f"({_duration(time.time() - since)}, {d.get('health_fails', 0)} failed /health check(s)"
+            + (f"; the supervisor relaunches it at {allowed})" if allowed else ")"))
     slots = d.get("slots")
     if slots:
         row("slots", slots.get("error") or f"{slots.get('total')} total"

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ from buun_tool.server.spec import API_KEY_ENV, LaunchSpec, check_exposure
 from buun_tool.server.state import Record, State
 
 Progress = Callable[[str], None]
+# Each of `buun status`'s HTTP probes; they run at once, so a hung server answers within ~2 s.
+STATUS_PROBE_TIMEOUT_S = 0.8
 
 
 class AlreadyRunning(BuunError):
@@ -238,20 +241,40 @@ def status(inst: Instance, api_key: str | None = None) -> dict[str, Any]:
     url = LaunchSpec.from_json(data).url if data else None
     out["endpoint"] = url
     out["model_files"] = {"target": r.target, "draft": r.draft}
+    if data:
+        out["health_failures_allowed"] = (data.get("policy") or {}).get("health_failures")
+        out["context"] = data.get("context")  # the -c it was launched with, and why
     if server and url:
-        probe = Probe(url, api_key or os.environ.get(API_KEY_ENV), timeout=2.0)
+        out.update(_probe_all(url, api_key or os.environ.get(API_KEY_ENV), server.pid))
+    return out
+
+
+def _probe_all(url: str, api_key: str | None, pid: int) -> dict[str, Any]:
+    """/health, /slots (or /props), /metrics and nvidia-smi at once, each with a short timeout, so
+    a hung server costs `buun status` about STATUS_PROBE_TIMEOUT_S twice (/slots then /props), not
+    the sum of every probe's wait."""
+    def with_probe(ask: Callable[[Probe], Any]) -> Any:
+        probe = Probe(url, api_key, timeout=STATUS_PROBE_TIMEOUT_S)  # one session each: none is shared
         try:
-            out["health"] = probe.health().detail
-            out["slots"] = slots_summary(probe)
-            code, text = probe.get_text("/metrics")
-            stats = metrics.dflash_stats(metrics.parse(text)) if code == 200 else None
-            out["dflash"] = stats.to_json() if stats else None
-            if code == 401:
-                out["dflash"] = {"error": "needs the API key (--api-key or BUUN_API_KEY)"}
+            return ask(probe)
         finally:
             probe.close()
-        out["gpu"] = gpu.memory_for(server.pid)
-    return out
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        health = pool.submit(with_probe, lambda p: p.health().detail)
+        slots = pool.submit(with_probe, slots_summary)
+        metrics_text = pool.submit(with_probe, lambda p: p.get_text("/metrics"))
+        gpu_mem = pool.submit(gpu.memory_for, pid, STATUS_PROBE_TIMEOUT_S * 2)
+        code, text = metrics_text.result()
+        stats = metrics.dflash_stats(metrics.parse(text)) if code == 200 else None
+        return {
+            "health": health.result(),
+            "slots": slots.result(),
+            "dflash": {"error": "needs the API key (--api-key or BUUN_API_KEY)"} if code == 401
+            else stats.to_json() if stats else None,
+            "gpu": gpu_mem.result(),
+            "probe_timeout_s": STATUS_PROBE_TIMEOUT_S,
+        }
 
 
 def resolve_name(name: str | None) -> Instance:

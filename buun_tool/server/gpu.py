@@ -27,19 +27,20 @@ def parse_gpus(text: str) -> list[dict[str, int]]:
     return gpus
 
 
-def _smi(*args: str) -> str | None:
+def _smi(*args: str, timeout: float = 10) -> str | None:
     try:
         r = subprocess.run(["nvidia-smi", *args, "--format=csv,noheader,nounits"],
-                           capture_output=True, text=True, timeout=10)
+                           capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return r.stdout if r.returncode == 0 else None
 
 
-def memory_for(pid: int) -> dict[str, Any] | None:
+def memory_for(pid: int, timeout: float = 10) -> dict[str, Any] | None:
     if not shutil.which("nvidia-smi"):
         return None
-    apps, gpus = _smi("--query-compute-apps=pid,used_memory"), _smi("--query-gpu=index,memory.used,memory.total")
+    apps = _smi("--query-compute-apps=pid,used_memory", timeout=timeout)
+    gpus = _smi("--query-gpu=index,memory.used,memory.total", timeout=timeout)
     if apps is None and gpus is None:
         return None
     return {"server_mib": parse_apps(apps or "").get(pid), "gpus": parse_gpus(gpus or "")}

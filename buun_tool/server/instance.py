@@ -21,7 +21,7 @@ import psutil
 
 from buun_tool import paths
 from buun_tool.errors import Exit, UsageError
-from buun_tool.fsutil import PRIVATE_FILE, open_private, private_dir
+from buun_tool.fsutil import PRIVATE_FILE, private_dir, write_json_atomic
 from buun_tool.server.state import ProcRef, Record
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -97,7 +97,7 @@ class Instance:
         """Atomic (rename), so a reader never sees half a record. Lock holders only."""
         record.updated_at = time.time()
         self.make_dir()
-        _write_json(self.state_file, record.to_json())
+        write_json_atomic(self.state_file, record.to_json(), private=True)
 
     def read_spec(self) -> dict | None:
         try:
@@ -107,15 +107,7 @@ class Instance:
 
     def write_spec(self, data: dict) -> None:
         self.make_dir()
-        _write_json(self.spec_file, data)
-
-
-def _write_json(path: Path, data: dict) -> None:
-    """Atomic (rename) and private (0600) from the start: the temporary file is the final one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open_private(tmp, append=False) as f:
-        f.write((json.dumps(data, indent=2) + "\n").encode())
-    os.replace(tmp, path)
+        write_json_atomic(self.spec_file, data, private=True)
 
 
 def all_instances() -> list[Instance]:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from buun_tool import build, convert, patches, pull, recipes
+from buun_tool import build, convert, fit, patches, pull, recipes
 from buun_tool.errors import NotReadyError, UsageError
 from buun_tool.server import command
 from buun_tool.server.command import Flag
@@ -79,6 +79,7 @@ class LaunchSpec:
     policy: Policy = field(default_factory=Policy)
     no_api_key: bool = False  # the user said to serve beyond loopback without a key (--no-api-key)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    context: dict[str, Any] | None = None  # fit.ContextChoice: the -c given and why
 
     @property
     def argv(self) -> list[str]:
@@ -139,6 +140,7 @@ def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | No
     command.check_drops(drops or [])
     # the recipe's secrets and the command line's alike (an override replaces the recipe's)
     flags, secrets = command.take_secrets(command.merge(base, overrides, drops or []))
+    flags, context = with_context(recipe, flags, overrides)
     if not 0 < port < 65536:
         raise UsageError(f"--port {port}: expected 1..65535")
     if model is None or draft is None:
@@ -149,7 +151,7 @@ def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | No
         binary=str(build.find_binary("llama-server")),
         target=str(Path(model).expanduser().resolve()), draft=str(Path(draft).expanduser().resolve()),
         host=host, port=port, flags=flags, recipe_flags=_kept(base, overrides),
-        policy=(policy or Policy()).validate(), no_api_key=no_api_key,
+        policy=(policy or Policy()).validate(), no_api_key=no_api_key, context=context.to_json(),
     )
     key_in_flags = secrets.pop("--api-key", None)
     # Other secrets (a Hub token) go where every llama-server launch of this process inherits them
@@ -165,6 +167,18 @@ def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | No
 def check_exposure(spec: LaunchSpec, api_key: str | None) -> None:
     """command.check_exposure for a resolved launch (--no-api-key is kept in the spec for restarts)."""
     command.check_exposure(spec.host, spec.flags, api_key, spec.no_api_key)
+
+
+def with_context(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag]
+                 ) -> tuple[list[Flag], fit.ContextChoice]:
+    """The flags with -c decided (fit.choose_context): the command line's, the recipe's pinned
+    number, or the largest that fits the GPU here; in the recipe's place, or added."""
+    choice = fit.choose_context(recipe, {n: True if v is None else v for n, v in flags},
+                                from_command_line=any(command.canonical(n) == "-c" for n, _ in overrides))
+    at = next((i for i, (n, _) in enumerate(flags) if command.canonical(n) == "-c"), None)
+    if at is None:
+        return [*flags, ("-c", str(choice.value))], choice
+    return [*flags[:at], (flags[at][0], str(choice.value)), *flags[at + 1:]], choice
 
 
 def _kept(base: list[Flag], overrides: list[Flag]) -> list[str]:

@@ -65,6 +65,8 @@ class Record:
     crashes: int = 0
     last_crash: str = ""
     next_start_at: float | None = None  # during BACKOFF
+    unresponsive_since: float | None = None  # READY: when the first of the failed /health checks in a row began
+    health_fails: int = 0  # those failed checks; the supervisor relaunches at the policy's health_failures
     error: dict[str, Any] | None = None  # FAILED: {"message", "hint", "exit_code"}
     log: str = ""
     updated_at: float = 0.0

@@ -138,8 +138,10 @@ class Supervisor:
                                f"{self.policy.ready_timeout:g} s (last: {self.record.phase or 'no output'})")
             elif now >= self.next_probe:
                 self.next_probe = now + self.policy.health_interval
+                began = time.time()
                 health = self.probe.health(timeout=self.policy.health_timeout)
                 self.health_fails = 0 if health.ok else self.health_fails + 1
+                self._unresponsive(None if health.ok else self.record.unresponsive_since or began)
                 if self.health_fails >= self.policy.health_failures:
                     self._hung(f"llama-server stopped answering /health ({health.detail}, "
                                f"{self.health_fails} checks in a row)")
@@ -149,11 +151,18 @@ class Supervisor:
 
     # --- transitions ---------------------------------------------------------------------
 
+    def _unresponsive(self, since: float | None) -> None:
+        """Tell `buun status` while failed checks pile up (it reads the record, not the loop)."""
+        if (since, self.health_fails) != (self.record.unresponsive_since, self.record.health_fails):
+            self.record.unresponsive_since, self.record.health_fails = since, self.health_fails
+            self.inst.write(self.record)
+
     def _set(self, state: State, message: str) -> None:
         old = self.record.state
         if state not in TRANSITIONS[old]:
             raise RuntimeError(f"supervisor bug: {old.value} -> {state.value} is not a valid transition")
         self.record.state = state
+        self.record.unresponsive_since, self.record.health_fails = None, 0  # a READY server's alone
         self.inst.write(self.record)
         self.log.event(f"{state.value}: {message}")
         self.listener(state.value, message)

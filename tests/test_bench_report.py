@@ -1,0 +1,199 @@
+"""`buun bench --report-from` on recorded runs (no GPU, no llama.cpp build): the report holds every
+chart and table and loads in headless Chromium with no console error and no request; bad input is
+a message, not a traceback. Chromium: Debian's `chromium` (`make dev`); missing, the browser test
+fails, never skips."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shlex
+import shutil
+import subprocess
+from html import unescape
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from buun_tool import report
+from tests.bench_files import NO_MATPLOTLIB, RECORDED, bench_cli, said, write_json
+from tests.server_browser import Chromium, find_chromium
+
+CHARTS = ("speed", "acceptance", "al-sweep", "memory")
+TABLES = ("speed", "acceptance", "al-sweep", "memory", "machine", "build", "prompts")
+
+
+class _Page(HTMLParser):
+    """Element ids, their classes, and every URL-valued attribute of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: dict[str, dict[str, str | None]] = {}
+        self.urls: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids[str(a["id"])] = {"tag": tag, **a}
+        self.urls += [str(v) for k, v in attrs if k in ("src", "href", "srcset", "poster", "data", "action") and v]
+
+
+def _parse(path: Path) -> tuple[_Page, str]:
+    text = path.read_text(encoding="utf-8")
+    page = _Page()
+    page.feed(text)
+    return page, text
+
+
+def _report(tmp_path: Path, source: Path = RECORDED, *extra: str) -> Path:
+    res = bench_cli("--report-from", str(source), "--out", str(tmp_path), *extra)
+    assert res.exit_code == 0, res.output
+    return tmp_path / "report.html"
+
+
+class TestReport:
+    def test_every_chart_and_table_is_there_and_nothing_is_linked(self, tmp_path: Path) -> None:
+        page, text = _parse(_report(tmp_path))
+        for ident, _ in report.SECTIONS:
+            assert page.ids[ident]["tag"] == "section", ident
+        for ident in CHARTS:
+            src = str(page.ids[f"chart-{ident}"]["src"])
+            assert src.startswith("data:image/png;base64,"), ident
+            assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n", ident
+        for ident in TABLES:
+            assert page.ids[f"table-{ident}"]["tag"] == "table", ident
+        # self-contained: no URL but data: and the page's own anchors, no script, no stylesheet link
+        assert page.urls and all(u.startswith(("data:", "#")) for u in page.urls), \
+            [u for u in page.urls if not u.startswith(("data:", "#"))]
+        assert "<script" not in text and "<link" not in text and "@import" not in text
+
+    def test_what_the_run_holds_is_shown(self, tmp_path: Path) -> None:
+        data = json.loads(RECORDED.read_text())
+        _, text = _parse(_report(tmp_path))
+        text = unescape(text)
+        for argv in data["commands"].values():  # the exact server commands
+            assert shlex.join(argv) in text
+        assert data["machine"]["gpus"][0]["name"] in text and data["llama_cpp"]["pin"] in text
+        for row in data["summary"]:
+            assert f"{row['decode_tps']:.1f}" in text and row["label"] in text
+        # the prompts: the run names code/fib and code/quicksort from buun's own file
+        used = {s["prompt_id"] for s in data["samples"]}
+        lines = (Path(__file__).resolve().parent.parent / "buun_tool/data/prompts/code.jsonl").open()
+        shown = [p["id"] for p in map(json.loads, lines) if p["id"] in used and p["prompt"] in text]
+        assert sorted(shown) == sorted(used) == ["code/fib", "code/quicksort"]
+
+    def test_what_the_run_lacks_is_said_not_drawn(self, tmp_path: Path) -> None:
+        page, text = _parse(_report(tmp_path))
+        for ident in ("tree", "concurrency"):
+            assert re.search(rf'<section id="{ident}"><h2>[^<]*</h2><p class="not-run">Not run', text), ident
+        # a format-1 run records neither the bandwidth nor the weights: no bound, and why
+        assert "bandwidth bound not drawn" in unescape(text) and "bound tok/s" in text
+        # given the bandwidth, the weights a step reads are still missing, and said so
+        _, text = _parse(_report(tmp_path / "bw", RECORDED, "--bandwidth-gbs", "3350"))
+        note = unescape(re.search(r'<p class="note" id="bound-note">([^<]*)</p>', text).group(1))
+        assert note.startswith("bandwidth bound not drawn") and "the weights a step reads" in note
+        assert "memory bandwidth" not in note
+
+    def test_a_run_with_its_limits_draws_the_bound(self, tmp_path: Path) -> None:
+        data = json.loads(RECORDED.read_text())
+        data["format"] = 2
+        data["limits"] = {"bandwidth_gbs": 3350.0, "bandwidth_source": "datasheet (NVIDIA H100 80GB HBM3)",
+                          "target_bytes": 15_500_000_000, "drafter_bytes": 900_000_000, "weights_source": "GGUF files"}
+        src = tmp_path / "run" / "bench.json"
+        src.parent.mkdir()
+        src.write_text(json.dumps(data))
+        _, text = _parse(_report(tmp_path, src))
+        note = unescape(re.search(r'<p class="note" id="bound-note">([^<]*)</p>', text).group(1))
+        assert note.startswith("bandwidth bound: AL x 3350 GB/s") and "16.40 GB read per step" in note
+        # the AL 7.67 row: measured AL 7.74 at 3350 GB/s over 16.4 GB is 1581 tok/s at most
+        row = next(r for r in data["summary"] if r["config"] == "dflash-al7.67")
+        bound = row["mean_al"] * 3350e9 / 16.4e9
+        assert f"<td>{bound:.0f}</td><td>{row['decode_tps'] / bound:.0%}</td>" in text
+
+    def test_without_matplotlib_the_report_says_how_to_get_it(self, tmp_path: Path) -> None:
+        out = subprocess.run([*NO_MATPLOTLIB, "bench", "--report-from", str(RECORDED), "--out", str(tmp_path)],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 3 and "pip install 'buun[bench]'" in said(out.stderr), out.stdout + out.stderr
+        assert "Traceback" not in out.stderr and not (tmp_path / "report.html").exists()
+
+
+class TestReportInBrowser:
+    def _open(self, tmp_path: Path, page: Path) -> tuple[Chromium, dict[str, Any]]:
+        binary = find_chromium()
+        if binary is None:
+            pytest.fail("Chromium is not installed: apt-get install -y chromium (make dev)")
+        browser = Chromium(binary, tmp_path / "profile", tmp_path / "chromium.log")
+        try:
+            browser.open_page(page.as_uri(), watch=True)
+            browser.wait_for("document.readyState === 'complete'", 60, "the page to load")
+            state = browser.js("({images: [...document.images].map(i => [i.id, i.complete && i.naturalWidth > 0]),"
+                               " tables: [...document.querySelectorAll('table')].map(t => [t.id, t.rows.length])})")
+        except Exception:
+            browser.close()
+            raise
+        return browser, state
+
+    def test_the_report_loads_with_no_console_error_and_no_request(self, tmp_path: Path) -> None:
+        page = _report(tmp_path)
+        browser, state = self._open(tmp_path, page)
+        try:
+            errors, requests = browser.console_errors(), browser.requests()
+        finally:
+            browser.close()
+            shutil.rmtree(tmp_path / "profile", ignore_errors=True)
+        assert dict(state["images"]) == {f"chart-{c}": True for c in CHARTS}  # every chart decoded
+        rows = dict(state["tables"])
+        assert all(rows[f"table-{t}"] > 1 for t in TABLES), rows
+        assert errors == []
+        # the page itself, then its own data: images; nothing that leaves the file
+        assert [u for u in requests if not u.startswith("data:") and u != page.as_uri()] == []
+
+    def test_the_check_sees_a_request_and_a_console_error(self, tmp_path: Path) -> None:
+        """The two watches above can fail: a page that loads a URL and logs an error is caught."""
+        page = tmp_path / "bad.html"
+        page.write_text('<!DOCTYPE html><html><body><img src="http://127.0.0.1:9/x.png">'
+                        '<script>console.error("boom")</script></body></html>')
+        browser, _ = self._open(tmp_path, page)
+        try:
+            browser.js("1")  # one more round trip: the events sent before it are read
+            errors, requests = browser.console_errors(), browser.requests()
+        finally:
+            browser.close()
+        assert "http://127.0.0.1:9/x.png" in requests and "boom" in errors
+
+
+class TestBadInput:
+    @pytest.mark.parametrize("content, message", [
+        ("not json {", "is not a readable JSON file"),
+        ("[1, 2]", "holds a JSON list, not a `buun bench` result"),
+        ('{"created": "x", "machine": {}}', "is not a `buun bench` result: it has no llama_cpp, options"),
+        ('{"format": 99}', "is a bench result of format 99; this buun reads formats 1 to 2"),
+        (json.dumps({"created": "x", "machine": {}, "llama_cpp": {}, "options": {}, "commands": {}, "configs": [],
+                     "summary": [], "samples": []}), "holds no measurement"),
+        (json.dumps({"created": "x", "machine": [], "llama_cpp": {}, "options": {}, "commands": {}, "configs": [],
+                     "summary": [], "samples": []}), "machine is a JSON list, expected an object"),
+    ])
+    def test_a_file_that_is_not_a_bench_result(self, tmp_path: Path, content: str, message: str) -> None:
+        bad = tmp_path / "bad.json"
+        bad.write_text(content)
+        res = bench_cli("--report-from", str(bad), "--out", str(tmp_path / "out"))
+        assert res.exit_code == 2 and message in said(res.output), res.output
+        assert "Traceback" not in res.output and not (tmp_path / "out").exists()
+
+    def test_a_summary_row_from_another_version(self, tmp_path: Path) -> None:
+        data = json.loads(RECORDED.read_text())
+        del data["summary"][1]["accept_per_pos"]
+        res = bench_cli("--report-from", str(write_json(tmp_path / "r" / "bench.json", data)))
+        assert res.exit_code == 2 and "summary[1] has no accept_per_pos" in said(res.output), res.output
+
+    def test_a_bandwidth_that_is_not_one(self, tmp_path: Path) -> None:
+        res = bench_cli("--report-from", str(RECORDED), "--out", str(tmp_path), "--bandwidth-gbs", "0")
+        assert res.exit_code == 2 and "expected the card's memory bandwidth in GB/s" in said(res.output)
+        assert not (tmp_path / "report.html").exists()
+
+    def test_a_missing_file(self, tmp_path: Path) -> None:
+        res = bench_cli("--report-from", str(tmp_path / "nope.json"))
+        assert res.exit_code == 2 and "does not exist" in said(res.output)
