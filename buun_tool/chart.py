@@ -1,6 +1,6 @@
 """Benchmark charts drawn with matplotlib (the optional `bench` extra), off-screen, to PNG.
 
-    require()                                   NotReadyError naming `pip install 'buun[bench]'` without it
+    require()                                   NotReadyError naming `pip install -e '.[bench]'` without it
     grouped_bars(title, groups, series, values) one cluster per group, one bar per series
     line_chart(title, x_label, y_label, lines)  one line per series, optional reference lines
     png(fig) -> bytes / save(fig, path)
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-INSTALL_HINT = "pip install 'buun[bench]' (matplotlib) for charts and the HTML report"
+INSTALL_HINT = "pip install -e '.[bench]' in the buun checkout (matplotlib) for charts and the HTML report"
 # AR first (grey), then one colour per DFlash configuration (matplotlib's tab10 without its grey).
 PALETTE = ("#8c8c8c", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#bcbd22", "#17becf")

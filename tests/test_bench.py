@@ -225,7 +225,7 @@ class TestChart:
                 "try:\n    chart.grouped_bars('t', ['g'], ['s'], [[1.0]])\n"
                 "except NotReadyError as exc:\n    print(exc.hint)\n")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-        assert out.returncode == 0 and "pip install 'buun[bench]'" in out.stdout, out.stderr
+        assert out.returncode == 0 and "pip install -e '.[bench]'" in out.stdout, out.stderr
 
 
 @pytest.mark.slow
@@ -275,5 +275,5 @@ class TestEndToEnd:
                              capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stdout + out.stderr
         said = " ".join(out.stderr.split())  # rich wraps long lines
-        assert "no chart: charts need matplotlib" in said and "pip install 'buun[bench]'" in said
+        assert "no chart: charts need matplotlib" in said and "pip install -e '.[bench]'" in said
         assert bench.read_json(tmp_path / "bench.json")["summary"] and not (tmp_path / "bench.png").exists()

@@ -95,5 +95,5 @@ class TestBadInput:
         out = subprocess.run([*NO_MATPLOTLIB, "bench", "--compare", str(RECORDED), str(TWIN), "--out",
                               str(tmp_path / "cmp")], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stdout + out.stderr
-        assert "B/A" in out.stdout and "pip install 'buun[bench]'" in said(out.stderr)
+        assert "B/A" in out.stdout and "pip install -e '.[bench]'" in said(out.stderr)
         assert not (tmp_path / "cmp").exists()

@@ -116,7 +116,7 @@ class TestReport:
     def test_without_matplotlib_the_report_says_how_to_get_it(self, tmp_path: Path) -> None:
         out = subprocess.run([*NO_MATPLOTLIB, "bench", "--report-from", str(RECORDED), "--out", str(tmp_path)],
                              capture_output=True, text=True, timeout=120)
-        assert out.returncode == 3 and "pip install 'buun[bench]'" in said(out.stderr), out.stdout + out.stderr
+        assert out.returncode == 3 and "pip install -e '.[bench]'" in said(out.stderr), out.stdout + out.stderr
         assert "Traceback" not in out.stderr and not (tmp_path / "report.html").exists()
 
 

@@ -50,7 +50,7 @@ class _Group(TyperGroup):
 
 
 def _report(ctx: click.Context, exc: BuunError) -> None:
-    # the message and hint are literal text (paths, YAML errors, `pip install 'buun[bench]'`)
+    # the message and hint are literal text (paths, YAML errors, `pip install -e '.[bench]'`)
     err.print(labelled("error:", "bold red", exc.message))
     if exc.hint:
         err.print(labelled("hint:", "bold", exc.hint))
