@@ -1,5 +1,6 @@
-"""`python -m buun_tool` and the `buun` script. The CLI's modules are imported inside the
-handler: a Ctrl-C while they load (a second or more) is an interruption like any other."""
+"""`python -m buun_tool` and the `buun` script. The CLI's modules are imported, and typer builds
+its commands, inside the handler: a Ctrl-C while they load or while typer reads the commands'
+signatures (together a good part of a short command's run) is an interruption like any other."""
 
 from buun_tool.errors import exit_interrupted
 
@@ -7,9 +8,10 @@ from buun_tool.errors import exit_interrupted
 def main() -> None:
     try:
         from buun_tool.cli.app import main as cli_main
+
+        cli_main()
     except KeyboardInterrupt:
         exit_interrupted()
-    cli_main()
 
 
 if __name__ == "__main__":

@@ -59,11 +59,16 @@ def test_ctrl_c_at_the_setup_prompt(tmp_path: Path) -> None:
 
 def test_sigint_at_any_moment_of_a_command() -> None:
     """SIGINT at a spread of moments from the start (while the CLI's modules load, and after): each
-    run either finished or printed the one line with exit 130."""
+    run either finished or printed the one line with exit 130. The moments are fractions of how
+    long the command takes on this machine, so that some land while it runs however fast or
+    loaded the machine is."""
+    cmd = [sys.executable, "-m", "buun_tool", "recipes"]
+    t0 = time.monotonic()
+    subprocess.run(cmd, env=_env(), capture_output=True, timeout=120)
+    took = time.monotonic() - t0
     outcomes = []
-    for delay in (0.3, 0.6, 0.9, 1.2, 1.5, 2.0, 2.5, 3.0):
-        proc = subprocess.Popen([sys.executable, "-m", "buun_tool", "recipes"], env=_env(), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for delay in [took * f for f in (0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 1.5)]:
+        proc = subprocess.Popen(cmd, env=_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)

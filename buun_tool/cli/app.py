@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import click
 import typer
@@ -33,6 +34,13 @@ class _Group(TyperGroup):
     def list_commands(self, ctx: click.Context) -> list[str]:
         names = list(self.commands)
         return sorted(names, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), names.index(n)))
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        # typer turns a Ctrl-C while it parses the arguments into a silent exit 130
+        try:
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            exit_interrupted()
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
