@@ -24,9 +24,15 @@ def _run(llama_bin: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(llama_bin / "test-tree-ssm"), *args], capture_output=True, text=True, timeout=300)
 
 
+@pytest.fixture(scope="module")
+def cpu_run(llama_bin: Path) -> subprocess.CompletedProcess[str]:
+    """One run of every check on the CPU backend, read by the tests below."""
+    return _run(llama_bin, "-b", "CPU")
+
+
 @slow
-def test_tree_ops_match_the_chain_ops_along_every_path(llama_bin: Path) -> None:
-    r = _run(llama_bin, "-b", "CPU")
+def test_tree_ops_match_the_chain_ops_along_every_path(cpu_run: subprocess.CompletedProcess[str]) -> None:
+    r = cpu_run
     assert r.returncode == 0, r.stdout + r.stderr
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("CPU ")]
     # every op and tree shape was checked, exactly on the CPU
@@ -39,8 +45,8 @@ def test_tree_ops_match_the_chain_ops_along_every_path(llama_bin: Path) -> None:
 
 
 @slow
-def test_a_parent_off_by_one_is_caught(llama_bin: Path) -> None:
-    r = _run(llama_bin, "-b", "CPU")
+def test_a_parent_off_by_one_is_caught(cpu_run: subprocess.CompletedProcess[str]) -> None:
+    r = cpu_run
     caught = [ln for ln in r.stdout.splitlines() if "planted bug caught" in ln]
     # every tree with a branch (all but the chain) plants the bug in both ops
     assert len(caught) == 10, r.stdout
