@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 DEPTH = 15  # a DFlash block of 16: the bonus token and 15 drafted positions
@@ -96,7 +97,8 @@ def expected_al(rates: list[list[float]], budget: int, seed_chain: bool = True) 
     return 1.0 + sum(probs)
 
 
-def _bisect(f, lo: float, hi: float, target: float, increasing: bool, steps: int = 50) -> float:
+def _bisect(f: Callable[[float], float], lo: float, hi: float, target: float, increasing: bool,
+            steps: int = 50) -> float:
     for _ in range(steps):
         mid = (lo + hi) / 2
         if (f(mid) < target) == increasing:

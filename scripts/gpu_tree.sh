@@ -2,9 +2,11 @@
 # The tree patches on CUDA: test-tree-ssm (0025's ops: every node against the chain op over its
 # path, against the CPU, a planted off-by-one parent) on an sm_90 build and on a build with Ampere's
 # compute_86 PTX only (the driver compiles it for the card at load, so the Ampere path runs here);
-# test-tree-decode (0027: a tree decoded in one batch against each node's path) on the tiny pair,
-# offloaded; test-backend-ops' check of both tree ops and of the chain ops beside them; and their
-# timings at the 27B's shapes, a chain of 16 against trees of 16, 23 and 32 tokens. ~9 min.
+# test-tree-decode (0027-0028: a tree decoded in one batch against each node's path, each path
+# committed) on the tiny pair in f32 (a quantized pair's batch-size noise hides the controls), offloaded; test-backend-ops' check of both tree ops and of the chain ops beside them; and their
+# timings at the 27B's shapes, a chain of 16 against trees of 16, 23 and 32 tokens. ~10-11 min on
+# an H200 (the two builds alone took 467 and 581 s with patch 0027): more than one 600 s call, so
+# start it detached and poll, as docs/benchmarks.md shows.
 . "$(dirname "$0")/gpu_lib.sh"
 gpu_vendor
 
@@ -24,7 +26,7 @@ tail -1 "$RES/tree-ssm.log" | tee -a "$RES/summary.txt"
 step tree-ssm-86 300 "$B86/bin/test-tree-ssm" -b CUDA0
 tail -1 "$RES/tree-ssm-86.log" | tee -a "$RES/summary.txt"
 tiny=$(python3 -c "from pathlib import Path; from buun_tool import recipes, synth
-print(synth.write_pair(recipes.load(), Path('$W/tiny'), scale='tiny', seed=0)[0])")
+print(synth.write_pair(recipes.load(), Path('$W/tiny-f32'), scale='tiny', seed=0, target_type='f32', draft_type='f32')[0])")
 step tree-decode 300 "$BIN/test-tree-decode" -m "$tiny" -ngl 99
 tail -1 "$RES/tree-decode.log" | tee -a "$RES/summary.txt"
 
