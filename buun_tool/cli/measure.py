@@ -12,8 +12,9 @@
                                     the HTML report of a recorded run (no server started)
     buun bench --compare A.json B.json [--out DIR] [--json]
                                     two recorded runs side by side; differences beyond their own noise flagged
-    buun fit [RECIPE] [--gpu-mem 24] [--ctx N] [--ctk q8_0] [--draft-max N] [--measure]
-                                    GPU memory by component, the largest context that fits, knobs
+    buun fit [RECIPE] [--gpu-mem 24] [--ctx N] [--ctk q8_0] [--draft-max N] [--tree-budget N] [--measure]
+                                    GPU memory by component, the largest context that fits, knobs;
+                                    with a tree budget, what the tree adds over the chain
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import time
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -292,6 +293,9 @@ def fit_cmd(
     batch: Annotated[int | None, typer.Option("--batch", help="-b (default: the recipe's).", show_default=False)
                      ] = None,
     parallel: Annotated[int | None, typer.Option("--parallel", help="-np.", show_default=False)] = None,
+    tree_budget: Annotated[int | None, typer.Option("--tree-budget", help="Draft nodes of the DDTree verified per "
+                                                    "step (--spec-tree-budget); 0 = the chain (default: the "
+                                                    "recipe's).", show_default=False)] = None,
     rollback: Annotated[Rollback | None, typer.Option("--rollback",
                                                       help="Recurrent-state rollback: tape (buun's patch 0005) or "
                                                       "snapshot (upstream's planes); default: "
@@ -312,14 +316,17 @@ def fit_cmd(
                     draft_max=base.draft_max if draft_max is None else draft_max,
                     draft_ctx=base.draft_ctx if ctx_draft is None else (ctx_draft or None),
                     ubatch=ubatch or base.ubatch, batch=batch or base.batch, n_parallel=parallel or base.n_parallel,
-                    rollback=rollback_name)
+                    rollback=rollback_name, tree_budget=base.tree_budget if tree_budget is None else
+                    fit.check_tree_budget(tree_budget, "--tree-budget"))
+    fit.check_tree(flags)
     gpu_gib = gpu_mem or _default_gpu_gib()
     weights = fit.default_weights(r)
     pred = fit.predict(r, flags, weights=weights)
     report = {"gpu_gib": gpu_gib, "margin_gib": margin, "fits": fit.fits(pred, gpu_gib, margin),
               "max_ctx": fit.max_context(r, flags, gpu_gib, margin, weights=weights),
               "prediction": pred.to_json(), "weights": weights.source,
-              "knobs": fit.knobs(r, flags, gpu_gib, margin, weights=weights)}
+              "knobs": fit.knobs(r, flags, gpu_gib, margin, weights=weights),
+              "tree_extra": _tree_extra(r, flags, weights)}
     measured, compared = _measure(r, flags, scale) if measure_ else (None, None)
     if json_out:
         report["knobs"] = [{"change": k.change, "total_gib": k.total_bytes / fit.GIB, "max_ctx": k.max_ctx}
@@ -332,6 +339,14 @@ def fit_cmd(
     if measured and compared:
         console.out.print(_fit_table(compared, measured))
         console.info(f"measured with: {shlex.join(measured.command)}\n  log: {measured.log_path}")
+
+
+def _tree_extra(r: recipes.Recipe, flags: fit.FitFlags, weights: fit.Weights) -> dict[str, Any] | None:
+    """What the tree adds over the chain (bytes by component), or None for the chain."""
+    if not flags.tree:
+        return None
+    extra = fit.tree_extra(r, flags, weights=weights)
+    return {"budget": flags.tree_budget, "bytes": sum(extra.values()), "by_component": extra}
 
 
 def _measure(r: recipes.Recipe, flags: fit.FitFlags, scale: str | None
@@ -355,6 +370,12 @@ def _print_fit(pred: fit.Prediction, report: dict) -> None:
     for k in report["knobs"]:
         table.add_row(k.change, _gib(k.total_bytes), str(k.max_ctx))
     console.out.print(table)
+    extra = report["tree_extra"]
+    if extra:
+        labels = {c.key: c.label for c in pred.components}
+        parts = ", ".join(f"{labels[k]} +{v / fit.MIB:.2f}" for k, v in extra["by_component"].items())
+        console.out.print(f"tree budget {extra['budget']}: [bold]+{extra['bytes'] / fit.MIB:.2f} MiB[/] over the "
+                          f"chain ({parts} MiB)")
 
 
 def register(app: typer.Typer) -> None:
