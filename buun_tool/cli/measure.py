@@ -4,8 +4,8 @@
                                     random-weight GGUFs shaped exactly like the recipe's pair
     buun synth --dry-run            tensor counts and sizes, nothing written
     buun bench [RECIPE] [--synthetic-al 7.67 ... | --al-sweep] [--suite code,math,prose] [--mode raw,chat]
-               [--prompts N] [--n-predict N] [--repeats N] [--target T.gguf --drafter D.gguf | --url URL]
-               [--report] [--bandwidth-gbs N]
+               [--tree-budget 8,16,22,32] [--prompts N] [--n-predict N] [--repeats N]
+               [--target T.gguf --drafter D.gguf | --url URL] [--report] [--bandwidth-gbs N]
                                     AR vs DFlash llama-servers: tok/s, TTFT, acceptance; JSON (+ PNG with matplotlib,
                                     + one self-contained HTML report with --report)
     buun bench --report-from bench.json [--out DIR] [--bandwidth-gbs N]
@@ -136,6 +136,10 @@ def bench_cmd(
         "server each). Measures step cost on random weights.", show_default=False)] = None,
     al_sweep: Annotated[bool, typer.Option("--al-sweep", help="Add DFlash servers at synthetic AL 1, 2, ..., 10: "
                                            "the report's tok/s against AL.")] = False,
+    tree_budget: Annotated[str | None, typer.Option(
+        "--tree-budget", metavar="N,N,...", help="Sweep the DDTree budget: one DFlash server per budget and the "
+        "chain (0), each with the calibrated synthetic tree profile (--spec-synth-tree; needs patch 0029): the "
+        "report's tok/s and AL against the budget.", show_default=False)] = None,
     no_ar: Annotated[bool, typer.Option("--no-ar", help="Skip the autoregressive baseline.")] = False,
     ctx: Annotated[int, typer.Option("--ctx", help="llama-server -c.")] = 6048,
     draft_max: Annotated[int | None, typer.Option("--draft-max", help="--spec-draft-n-max (default: block_size-1).",
@@ -172,6 +176,9 @@ def bench_cmd(
     if compare_:
         return _compare(*compare_, out, json_out)
     synthetic_al = bench.synthetic_lengths(synthetic_al, al_sweep) or None
+    if tree_budget is not None and url:
+        raise UsageError("--tree-budget sweeps servers buun starts itself; --url measures one running server",
+                         "leave out --url (the synthetic pair is the default), or --tree-budget")
     r = recipes.load(recipe)
     _, dgeo = synth.geometry(r, "full")
     t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale)
@@ -179,15 +186,17 @@ def bench_cmd(
     out_dir = out or paths.bench_dir() / stamp
     flags = bench.ServerFlags(ctx=ctx, n_gpu_layers=99, draft_max=draft_max or dgeo.block_size - 1,
                               backend_sampling=not host_sampling, extra=tuple(shlex.split(server_args)))
+    budgets = bench.tree_budgets(tree_budget, flags) if tree_budget is not None else []
+    forced = bool(synthetic_al or budgets)
     opts = bench.BenchOptions(
         target=t, drafter=d, url=url, suites=_csv(suite, bench.SUITES, "--suite"),
         modes=_csv(mode, bench.MODES, "--mode"), prompts=prompts or None, n_predict=n_predict, repeats=repeats,
-        ar=not no_ar, synthetic_al=list(synthetic_al or []), flags=flags, out_dir=out_dir,
-        load_timeout=load_timeout, models_note=note + (", acceptance forced" if synthetic_al else ""),
+        ar=not no_ar, synthetic_al=list(synthetic_al or []), tree_budgets=budgets, flags=flags, out_dir=out_dir,
+        load_timeout=load_timeout, models_note=note + (", acceptance forced" if forced else ""),
         bandwidth_gbs=bandwidth_gbs)
     if report_:
         chart.require()  # before the servers run, not after: the report is what was asked for
-    if synthetic_al is None and t is not None and target is None:
+    if not forced and t is not None and target is None:
         console.warn("random-weight models accept almost no draft: pass --synthetic-al to measure step cost")
     result = bench.run(opts)
     json_path = bench.write_json(result, out_dir / "bench.json")
