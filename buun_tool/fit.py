@@ -55,6 +55,7 @@ FIT = "fit"  # a recipe's `-c: fit`: the largest context that fits the GPU found
 MARGIN_GIB = 0.25  # kept free on the GPU (display, fragmentation), here and in `buun fit`
 # llama-server's spellings of the tree budget (patch 0029)
 TREE_BUDGET_FLAGS = ("--spec-tree-budget", "--tree-budget", "--ddtree-budget")
+TREE_BUDGET_HINT = "0 (or 1) verifies the chain; 22 verifies a tree of 22 draft tokens (docs/tree.md)"
 
 
 @dataclass(frozen=True)
@@ -137,8 +138,7 @@ def flags_from_server_flags(f: Mapping[str, Any]) -> FitFlags:
 def check_tree_budget(n: int, option: str) -> int:
     """A tree budget as given on a command line: a whole number of draft nodes, 0 or more."""
     if n < 0:
-        raise UsageError(f"{option} {n}: expected 0 or more draft nodes",
-                         "0 (or 1) verifies the chain; 22 verifies a tree of 22 draft tokens (docs/tree.md)")
+        raise UsageError(f"{option} {n}: expected 0 or more draft nodes", TREE_BUDGET_HINT)
     return n
 
 

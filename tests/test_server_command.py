@@ -380,6 +380,10 @@ class TestTreeBudget:
         assert self.tree(self.argv("--tree-budget", "0", recipe="treed")) == []  # back to the chain
         assert self.tree(self.argv("--tree-budget", "32", recipe="treed")) == [
             "--spec-tree-budget", "32", "--spec-tree-k", "4"]
+        # a budget among the recipe's own flags is the recipe's: the command line replaces it
+        _user_recipe("flagged", {"--ddtree-budget": 22})
+        assert self.tree(self.argv(recipe="flagged")) == ["--spec-tree-budget", "22", "--spec-tree-k", "8"]
+        assert self.tree(self.argv("--tree-budget", "0", recipe="flagged")) == []
 
     def test_any_spelling_after_dashes_and_a_k_of_ones_own(self, fake_bin: Path) -> None:
         assert self.tree(self.argv("--", "--ddtree-budget", "16")) == ["--spec-tree-budget", "16", "--spec-tree-k", "8"]
@@ -390,6 +394,7 @@ class TestTreeBudget:
         (["--tree-budget", "-3"], "--tree-budget -3: expected 0 or more draft nodes"),
         (["--", "--spec-tree-budget=-3"], "--spec-tree-budget -3: expected a whole number of draft nodes"),
         (["--", "--tree-budget", "many"], "--spec-tree-budget many: expected a whole number of draft nodes"),
+        (["--", "--tree-budget"], "--spec-tree-budget without a value: expected a whole number of draft nodes"),
         (["--tree-budget", "3", "--", "--tree-budget", "4"], "--tree-budget and a --spec-tree-budget after `--` both"),
         (["--tree-budget", "64"], "a tree budget of 64 verifies 65 tokens in one ubatch, more than -ub 64"),
         (["--tree-budget", "40", "--", "-ub", "32"], "pass a budget of at most 31, or a larger ubatch (`-- -ub 41"),

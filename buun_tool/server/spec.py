@@ -141,7 +141,7 @@ def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | No
     command.check_drops(drops or [])
     # the recipe's secrets and the command line's alike (an override replaces the recipe's)
     flags, secrets = command.take_secrets(command.merge(base, overrides, drops or []))
-    flags = with_tree(recipe, flags, tree_budget)
+    flags = with_tree(recipe, flags, overrides, tree_budget)
     flags, context = with_context(recipe, flags, overrides)
     if not 0 < port < 65536:
         raise UsageError(f"--port {port}: expected 1..65535")
@@ -183,16 +183,17 @@ def with_context(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag
     return [*flags[:at], (flags[at][0], str(choice.value)), *flags[at + 1:]], choice
 
 
-def with_tree(recipe: recipes.Recipe, flags: list[Flag], budget: int | None) -> list[Flag]:
+def with_tree(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag], budget: int | None) -> list[Flag]:
     """The flags with the tree's settings (patch 0029). The budget is --tree-budget's, else one among
-    the flags (after `--`, in any spelling), else the recipe's server.tree.budget. A tree (budget 2
-    or more) gets --spec-tree-budget N, and the recipe's --spec-tree-k unless the flags give one;
-    the chain gets no tree flag: it is llama-server's default, so a build without 0029 serves it.
-    A tree that does not fit one ubatch is refused here rather than by llama-server's assert."""
-    given = [v for n, v in flags if command.canonical(n) == command.TREE_BUDGET]
-    if budget is not None and given:
+    the flags (after `--` or in the recipe's server.flags, in any spelling), else the recipe's
+    server.tree.budget. A tree (budget 2 or more) gets --spec-tree-budget N, and the recipe's
+    --spec-tree-k unless the flags give one; the chain gets no tree flag: it is llama-server's
+    default, so a build without 0029 serves it. A tree that does not fit one ubatch is refused here
+    rather than by llama-server's assert."""
+    if budget is not None and any(command.canonical(n) == command.TREE_BUDGET for n, _ in overrides):
         raise UsageError("--tree-budget and a --spec-tree-budget after `--` both set the tree budget",
                          "give one of them")
+    given = [v for n, v in flags if command.canonical(n) == command.TREE_BUDGET]
     if budget is None and given:
         budget = _budget_flag(given[-1])
     n = fit.check_tree_budget(recipe.tree_budget if budget is None else budget, "--tree-budget")
@@ -207,8 +208,8 @@ def with_tree(recipe: recipes.Recipe, flags: list[Flag], budget: int | None) -> 
 
 def _budget_flag(value: str | None) -> int:
     if value is None or not value.isdigit():
-        raise UsageError(f"--spec-tree-budget {value or ''}: expected a whole number of draft nodes, 0 or more",
-                         "0 (or 1) verifies the chain; 22 verifies a tree of 22 draft tokens (docs/tree.md)")
+        shown = "--spec-tree-budget" + (f" {value}" if value is not None else " without a value")
+        raise UsageError(f"{shown}: expected a whole number of draft nodes, 0 or more", fit.TREE_BUDGET_HINT)
     return int(value)
 
 
