@@ -3,7 +3,8 @@
     run(BenchOptions(...)) -> BenchResult     (then write_json / write_chart / table)
     read_json(path) -> dict                   a recorded run, checked (for the report and --compare)
 
-Each configuration (AR, DFlash, DFlash with a forced synthetic acceptance length) gets its own
+Each configuration (AR, DFlash, DFlash with a forced synthetic acceptance length, DFlash at a
+tree budget under the synthetic tree profile of treeprofile.py) gets its own
 llama-server, started here with plain subprocess and stopped with its whole process group, or
 one running server given by URL. Every prompt of every suite is sent raw (/completion) and/or
 through the chat template (/v1/chat/completions), streamed so the time to the first token is
@@ -30,7 +31,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -115,14 +116,19 @@ def chat_text(p: Prompt) -> str:
 
 @dataclass(frozen=True)
 class ServerConfig:
-    name: str  # "ar", "dflash", "dflash-al7.67"
+    name: str  # "ar", "dflash", "dflash-al7.67", "dflash-tree22"
     spec: bool
     synthetic_al: float | None = None
+    tree_budget: int | None = None  # a --tree-budget sweep's point (0: the chain), under the tree profile
+    expected_al: float | None = None  # the profile's expected AL at that budget (treeprofile)
 
     @property
     def label(self) -> str:
         if not self.spec:
             return "AR"
+        if self.tree_budget is not None:
+            return ("DFlash chain" if self.tree_budget <= 1 else f"DFlash tree {self.tree_budget}") + \
+                " (synthetic tree)"
         return "DFlash" if self.synthetic_al is None else f"DFlash AL {self.synthetic_al:g} (synthetic)"
 
 
@@ -135,12 +141,42 @@ def synthetic_lengths(given: list[float] | None, sweep: bool) -> list[float]:
     return given + [al for al in AL_SWEEP if sweep and al not in given]
 
 
-def configs(ar: bool, synthetic_al: list[float] | None) -> list[ServerConfig]:
-    """AR (unless left out), then one DFlash server per synthetic length (or one with real acceptance)."""
+def tree_budgets(given: str, flags: ServerFlags) -> list[int]:
+    """--tree-budget's budgets ("8,16,22,32"), the chain (0) first and each once (1 is the chain
+    too); each tree must fit the servers' ubatch (fit.check_tree)."""
+    from buun_tool import fit
+    from buun_tool.server import command
+
+    items = [v.strip() for v in given.split(",") if v.strip()]
+    if not items or not all(v.isdigit() for v in items):
+        raise UsageError(f"--tree-budget {given!r}: expected a comma-separated list of draft-node budgets, "
+                         "0 or more", "for example --tree-budget 8,16,22,32 (the chain, budget 0, is always added)")
+    budgets = list(dict.fromkeys([0] + [int(v) if int(v) > 1 else 0 for v in items]))
+    batch = {n: True if v is None else v for n, v in command.parse_args([*flags.spec_batch, *flags.extra])}
+    for b in budgets:
+        fit.check_tree(replace(fit.flags_from_server_flags(batch), draft_max=flags.draft_max, tree_budget=b))
+    return budgets
+
+
+def tree_configs(budgets: list[int], draft_max: int) -> list[ServerConfig]:
+    """One DFlash server per budget, each fed the calibrated tree profile (--spec-synth-tree). The
+    profile's expected AL is that of a draft of treeprofile.DEPTH tokens: None for another length."""
+    from buun_tool import treeprofile
+
+    def expected(b: int) -> float | None:
+        return treeprofile.DEFAULT.served_al(b) if draft_max == treeprofile.DEPTH else None
+
+    return [ServerConfig(f"dflash-tree{b}", True, tree_budget=b, expected_al=expected(b)) for b in budgets]
+
+
+def configs(ar: bool, synthetic_al: list[float] | None, tree: list[ServerConfig] | None = None) -> list[ServerConfig]:
+    """AR (unless left out), then one DFlash server per synthetic length and the tree sweep's
+    servers (`tree_configs`), or one DFlash server with real acceptance when there are neither."""
     out = [ServerConfig("ar", False)] if ar else []
     if synthetic_al:
         out += [ServerConfig(f"dflash-al{al:g}", True, al) for al in synthetic_al]
-    else:
+    out += tree or []
+    if not synthetic_al and not tree:
         out.append(ServerConfig("dflash", True))
     return out
 
@@ -172,9 +208,20 @@ def server_argv(binary: Path, target: Path, drafter: Path | None, cfg: ServerCon
                  *flags.spec_batch]
         if cfg.synthetic_al is not None:
             argv += ["--spec-synth-len", f"{cfg.synthetic_al:g}"]
+        if cfg.tree_budget is not None:
+            argv += tree_flags(cfg.tree_budget)
     if flags.backend_sampling:
         argv.append("-bs")
     return argv + list(flags.extra)
+
+
+def tree_flags(budget: int) -> list[str]:
+    """A tree sweep's server (patch 0029): the budget, K and the calibrated profile, so that every
+    budget, the chain's 0 included, is measured under the same feigned drafter."""
+    from buun_tool import treeprofile
+
+    return ["--spec-tree-budget", str(budget), "--spec-tree-k", str(treeprofile.K),
+            "--spec-synth-tree", treeprofile.synth_tree_value(treeprofile.DEFAULT)]
 
 
 # --- a llama-server of our own ---------------------------------------------------------------
@@ -441,6 +488,7 @@ class BenchOptions:
     repeats: int = 1
     ar: bool = True
     synthetic_al: list[float] = field(default_factory=list)
+    tree_budgets: list[int] = field(default_factory=list)  # --tree-budget: the sweep, 0 (the chain) first
     flags: ServerFlags = field(default_factory=ServerFlags)
     out_dir: Path = Path(".")
     load_timeout: float = 300.0
@@ -541,7 +589,8 @@ def run(opts: BenchOptions) -> BenchResult:
     if opts.url:
         runs = [_run_external(suites, opts)]
     else:
-        runs = [_run_config(cfg, suites, opts) for cfg in configs(opts.ar, opts.synthetic_al)]
+        tree = tree_configs(opts.tree_budgets, opts.flags.draft_max)
+        runs = [_run_config(cfg, suites, opts) for cfg in configs(opts.ar, opts.synthetic_al, tree)]
     options = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()}
     if not opts.url:  # the patch series' switches the servers ran with, so a results file names its variant
         options["env"] = {k: os.environ[k] for k in patches.SWITCHES if k in os.environ}
@@ -574,6 +623,8 @@ def _row(run: ConfigRun, suite: str, mode: str, samples: list[Sample]) -> dict[s
         "ttft_ms": sum(ttfts) / len(ttfts) if ttfts else None,
         "drafted": sum(s.drafted for s in samples), "accepted": accepted, "steps": steps,
         "mean_al": 1 + accepted / steps if steps else None,
+        # a DFlash step (draft, verify, commit): the server's decode time over its verify steps
+        "step_ms": sum(s.decode_ms for s in samples) / steps if steps else None,
         "accept_rate": _ratio(accepted, sum(s.drafted for s in samples)),
         "accept_per_pos": [p / steps for p in per_pos] if steps else [],
         "peak_gpu_mib": run.peak_gpu_mib, "speedup": None,

@@ -14,11 +14,15 @@ attention on), following the pinned upstream's allocations:
 - recurrent state of the Gated DeltaNet layers, f32: the delta-net state (state_size x
   value_dim) and the conv window ((kernel - 1) x conv_dim) per sequence. With a drafter, patch
   0005's tape-replay rollback keeps 2 planes and a tape of n_rs_seq + 1 tokens (conv inputs, gate
-  and beta per delta-net layer), n_rs_seq being the unclamped --spec-draft-n-max; upstream's
-  snapshot rollback (LLAMA_RS_ROLLBACK=snapshot) keeps 1 + n_rs_seq planes.
+  and beta per delta-net layer), n_rs_seq being the unclamped --spec-draft-n-max, or the tree
+  budget where that is larger (patch 0029 raises it so that the tape holds a tree's verify);
+  upstream's snapshot rollback (LLAMA_RS_ROLLBACK=snapshot) keeps 1 + n_rs_seq planes.
 - the drafter's KV cache at its own context (-cd) or the target's.
+- the drafter's features: patch 0011 keeps the target's tapped layers of a verify on the device,
+  n_embd x taps x rows f32, rows the block size or a tree's verify where that is wider.
 - compute buffers: formulas fitted to llama-server's reported sizes (CPU build, full and tiny
-  synthetic models, several ubatch, context and n_max values; see _target_compute).
+  synthetic models, several ubatch, context and n_max values; see _target_compute). A tree
+  verifies budget + 1 tokens in one ubatch: its logits rows widen the target's buffer.
 - the CUDA context, cuBLAS and pool workspaces: calibrated on an H200 with the pinned upstream
   (nvidia-smi after load: 16.3 GiB AR, 19.7 GiB DFlash at -c 6048 -np 1, n_max 15).
 """
@@ -49,6 +53,9 @@ CUDA_CONTEXT_MIB = 936
 DRAFT_CONTEXT_MIB = 145
 FIT = "fit"  # a recipe's `-c: fit`: the largest context that fits the GPU found at launch
 MARGIN_GIB = 0.25  # kept free on the GPU (display, fragmentation), here and in `buun fit`
+# llama-server's spellings of the tree budget (patch 0029)
+TREE_BUDGET_FLAGS = ("--spec-tree-budget", "--tree-budget", "--ddtree-budget")
+TREE_BUDGET_HINT = "0 (or 1) verifies the chain; 22 verifies a tree of 22 draft tokens (docs/tree.md)"
 
 
 @dataclass(frozen=True)
@@ -65,16 +72,35 @@ class FitFlags:
     batch: int = 256  # -b
     ubatch: int = 64  # -ub
     rollback: str = "tape"  # LLAMA_RS_ROLLBACK, one of patches.ROLLBACKS
+    tree_budget: int = 0  # --spec-tree-budget; 0 or 1 verifies the chain
 
     @property
     def spec(self) -> bool:
         return self.draft_max > 0
+
+    @property
+    def tree(self) -> bool:
+        return self.spec and self.tree_budget > 1
+
+    @property
+    def rs_rows(self) -> int:
+        """n_rs_seq: the tokens a verify may roll back, the draft's n_max or a larger tree. A
+        budget under n_max counts as n_max: the server still sizes its context for the draft, and
+        the planner errs on the side that fits."""
+        return max(self.draft_max, self.tree_budget) if self.tree else self.draft_max
+
+    @property
+    def verify_width(self) -> int:
+        """Tokens of one sequence's verify batch: the last token and the rolled-back rows."""
+        return self.rs_rows + 1 if self.spec else 1
 
     def describe(self) -> str:
         kv = self.cache_type_k if self.cache_type_k == self.cache_type_v else f"{self.cache_type_k}/{self.cache_type_v}"
         text = f"-c {self.ctx} -np {self.n_parallel} KV {kv} -b {self.batch} -ub {self.ubatch}"
         if self.spec:
             text += f", DFlash n_max {self.draft_max}, draft ctx {self.draft_ctx or self.ctx}"
+        if self.tree:
+            text += f", tree budget {self.tree_budget}"
         return text + ("" if self.spec else ", AR (no drafter)")
 
 
@@ -86,8 +112,10 @@ def _int_flag(flags: Mapping[str, Any], *names: str) -> int | None:
 
 
 def flags_from_recipe(recipe: Any) -> FitFlags:
-    """The memory-relevant settings of the recipe's server flags (fork or upstream spelling)."""
-    return flags_from_server_flags(recipe.server_flags)
+    """The memory-relevant settings of the recipe's server flags (fork or upstream spelling) and
+    its tree budget (`server.tree.budget`; a budget among the flags wins, as it does in serve)."""
+    f = flags_from_server_flags(recipe.server_flags)
+    return f if f.tree_budget else replace(f, tree_budget=recipe.tree_budget)
 
 
 def flags_from_server_flags(f: Mapping[str, Any]) -> FitFlags:
@@ -103,7 +131,25 @@ def flags_from_server_flags(f: Mapping[str, Any]) -> FitFlags:
         draft_ctx=_int_flag(f, "-cd", "--ctx-size-draft"),
         batch=_int_flag(f, "-b", "--batch-size") or base.batch,
         ubatch=_int_flag(f, "-ub", "--ubatch-size") or base.ubatch,
+        tree_budget=_int_flag(f, *TREE_BUDGET_FLAGS) or base.tree_budget,
     )
+
+
+def check_tree_budget(n: int, option: str) -> int:
+    """A tree budget as given on a command line: a whole number of draft nodes, 0 or more."""
+    if n < 0:
+        raise UsageError(f"{option} {n}: expected 0 or more draft nodes", TREE_BUDGET_HINT)
+    return n
+
+
+def check_tree(f: FitFlags) -> None:
+    """A tree is decoded in one ubatch (patch 0027 asserts it): budget + 1 tokens must fit -ub."""
+    ub = min(f.ubatch, f.batch)
+    width = f.tree_budget + 1
+    if f.tree and width > ub:
+        raise UsageError(f"a tree budget of {f.tree_budget} verifies {width} tokens in one ubatch, more than -ub {ub}",
+                         f"pass a budget of at most {ub - 1}, or a larger ubatch (`-- -ub {width} "
+                         f"-b {max(f.batch, width)}`)")
 
 
 # --- weights ---------------------------------------------------------------------------------
@@ -185,18 +231,22 @@ def recurrent_plane(t: synth.TargetGeometry) -> int:
 def recurrent_planes(f: FitFlags) -> int:
     if not f.spec:
         return 1
-    return 2 if f.rollback == "tape" else 1 + f.draft_max
+    return 2 if f.rollback == "tape" else 1 + f.rs_rows
 
 
 def recurrent_tape(t: synth.TargetGeometry, f: FitFlags) -> int:
-    """Patch 0005's tape for one verify of n_rs_seq + 1 tokens: per delta-net layer and token the
-    conv inputs, the gate and beta (f32), and per layer a zero row of each (what a replay reads past
-    the accepted count; the conv inputs' since 0028)."""
+    """Patch 0005's tape for one verify of n_rs_seq + 1 tokens (a tree's budget + 1 where that is
+    wider): per delta-net layer and token the conv inputs, the gate and beta (f32), and per layer a
+    zero row of each (what a replay reads past the accepted count; the conv inputs' since 0028)."""
     if not f.spec or f.rollback != "tape":
         return 0
+    return (f.n_parallel * f.verify_width + 1) * tape_row(t)
+
+
+def tape_row(t: synth.TargetGeometry) -> int:
+    """One token's row of the tape over all delta-net layers: conv inputs, gate and beta, f32."""
     per_token = t.conv_dim + 2 * t.linear_num_value_heads
-    layers = t.num_hidden_layers - t.n_full_attention
-    return (f.n_parallel * (f.draft_max + 1) + 1) * per_token * layers * 4
+    return per_token * (t.num_hidden_layers - t.n_full_attention) * 4
 
 
 def recurrent(t: synth.TargetGeometry, f: FitFlags) -> int:
@@ -229,11 +279,20 @@ def _target_compute(t: synth.TargetGeometry, f: FitFlags) -> int:
     plus the f16 KQ mask."""
     ub = min(f.ubatch, f.batch)
     per_token = 4 * max(4 * t.intermediate_size, int(5.67 * t.value_dim))
-    n_rs = f.draft_max if f.spec and f.rollback == "snapshot" else 0
+    n_rs = f.rs_rows if f.spec and f.rollback == "snapshot" else 0
     states = n_rs * t.linear_key_head_dim * t.value_dim * 4
-    logits = (f.draft_max + 1 if f.spec else 1) * f.n_parallel * t.vocab_size * 4
+    logits = f.verify_width * f.n_parallel * t.vocab_size * 4
     mask = ub * cells(f.ctx, f.n_parallel) * 2
     return max(ub * per_token + states, logits) + mask
+
+
+def feature_rows(d: synth.DrafterGeometry, f: FitFlags) -> int:
+    """Verify rows whose tapped layers patch 0011 keeps on the device: a block, or a wider tree."""
+    return max(d.block_size, f.verify_width) if f.spec else 0
+
+
+def features(t: synth.TargetGeometry, d: synth.DrafterGeometry, f: FitFlags) -> int:
+    return t.hidden_size * len(d.target_layer_ids) * feature_rows(d, f) * 4
 
 
 def _drafter_compute(t: synth.TargetGeometry, d: synth.DrafterGeometry, f: FitFlags) -> int:
@@ -305,11 +364,20 @@ def predict(recipe: Any, flags: FitFlags, scale: str = "full", weights: Weights 
                       + (f" (-cd {f.draft_ctx} window)" if f.draft_ctx else "")),
             Component("drafter_compute", "drafter compute buffer", _drafter_compute(t, d, f),
                       f"-ub {f.ubatch} x vocab logits"),
+            Component("features", "drafter's target features", features(t, d, f),
+                      f"{len(d.target_layer_ids)} target layers x {feature_rows(d, f)} verify rows, f32"),
         ]
     if cuda:
         overhead = (CUDA_CONTEXT_MIB + (DRAFT_CONTEXT_MIB if f.spec else 0)) * MIB
         comps.append(Component("cuda_overhead", "CUDA context + workspaces", overhead, "calibrated (H200)"))
     return Prediction(f, comps, w.source, cuda)
+
+
+def tree_extra(recipe: Any, flags: FitFlags, scale: str = "full", weights: Weights | None = None) -> dict[str, int]:
+    """What the tree costs over the chain with the same flags, by component (those that grow)."""
+    tree = predict(recipe, flags, scale, weights)
+    chain = predict(recipe, replace(flags, tree_budget=0), scale, weights)
+    return {c.key: c.bytes - chain.get(c.key) for c in tree.components if c.bytes != chain.get(c.key)}
 
 
 def fits(p: Prediction, gpu_gib: float, margin_gib: float) -> bool:
@@ -387,6 +455,8 @@ def knobs(recipe: Any, flags: FitFlags, gpu_gib: float, margin_gib: float, scale
     for n in (8, 4):
         if flags.spec and flags.draft_max > n:
             options.append((f"draft length {n} (--spec-draft-n-max {n})", replace(flags, draft_max=n)))
+    if flags.tree:
+        options.append(("the chain (--tree-budget 0)", replace(flags, tree_budget=0)))
     if flags.spec:
         options.append(("no drafter (AR)", replace(flags, draft_max=0)))
     out = []
@@ -399,6 +469,8 @@ def knobs(recipe: Any, flags: FitFlags, gpu_gib: float, margin_gib: float, scale
 # --- measurement -----------------------------------------------------------------------------
 
 _BUFFER = re.compile(r"\s(\S+)\s+(model|KV|RS|compute|output) buffer size =\s*([\d.]+) MiB")
+# patch 0011's capture of the target's layers for the drafter, in a buffer of its own
+_FEATURES = re.compile(r"set_layer_inp_device: \d+ layers x \d+ rows, ([\d.]+) MiB on (\S+)")
 
 
 def parse_buffers(log: str) -> list[dict[str, dict[str, float]]]:
@@ -456,6 +528,12 @@ def _component_mib(sections: list[dict[str, dict[str, float]]], gpu: bool) -> di
     return out
 
 
+def features_mib(log: str, gpu: bool) -> float | None:
+    """The last size patch 0011's capture logged (None: no capture, AR or a build without it)."""
+    found = [float(m.group(1)) for m in _FEATURES.finditer(log) if is_gpu_buffer(m.group(2)) or not gpu]
+    return found[-1] if found else None
+
+
 def measure_argv(binary: Path, target: Path, drafter: Path | None, f: FitFlags, port: int, cpu_only: bool) -> list[str]:
     """llama-server with the planner's flags, verbose enough (-lv 4) to print every buffer."""
     argv = [str(binary), "-m", str(target), "--host", "127.0.0.1", "--port", str(port), "-c", str(f.ctx),
@@ -469,6 +547,8 @@ def measure_argv(binary: Path, target: Path, drafter: Path | None, f: FitFlags, 
                  "--spec-draft-n-max", str(f.draft_max), "-ctkd", f.draft_cache_type, "-ctvd", f.draft_cache_type]
         if f.draft_ctx:
             argv += ["-cd", str(f.draft_ctx)]
+        if f.tree:
+            argv += ["--spec-tree-budget", str(f.tree_budget)]
     return argv
 
 
@@ -499,6 +579,11 @@ def measure(recipe: Any, flags: FitFlags, models_dir: Path, log_dir: Path, scale
     before = bench.GpuMemorySampler.used_mib() if gpu else None
     with bench.LocalServer(argv, log, port, load_timeout, env={patches.ROLLBACK_ENV: flags.rollback}):
         after = bench.GpuMemorySampler.used_mib() if gpu else None
-    sections = parse_buffers(log.read_text(errors="replace"))
+    text = log.read_text(errors="replace")
+    sections = parse_buffers(text)
     used = after - before if after is not None and before is not None else None
-    return Measurement(flags, scale, argv, sections, used, str(log), _component_mib(sections, gpu))
+    components = _component_mib(sections, gpu)
+    captured = features_mib(text, gpu)
+    if captured is not None:
+        components["features"] = captured
+    return Measurement(flags, scale, argv, sections, used, str(log), components)

@@ -115,6 +115,30 @@ def _al_sweep(data: dict[str, Any]) -> str:
         _img(fig, "al-sweep", "decode tok/s against acceptance length") + _table("al-sweep", head, rows, left=3)
 
 
+def _tree(data: dict[str, Any]) -> str:
+    fig = figures.tree_sweep(data)
+    if fig is None:
+        return _not_run("Not run: no tree budget sweep in this run (buun bench --tree-budget 8,16,22,32).")
+    budgets = figures.tree_budgets(data)
+    expected = {c["name"]: c.get("expected_al") for c in data["configs"]}
+    sweep = sorted((r for r in data["summary"] if r["config"] in budgets), key=lambda r: budgets[r["config"]])
+    chain = {(r["suite"], r["mode"]): r["decode_tps"] for r in sweep if budgets[r["config"]] <= 1}
+    rows = []
+    for r in sweep:
+        base = chain.get((r["suite"], r["mode"]))
+        ratio = r["decode_tps"] / base if base and r["decode_tps"] else None
+        rows.append([_e(r["label"]), _e(r["suite"]), _e(r["mode"]), _num(budgets[r["config"]], "d"),
+                     _num(expected[r["config"]], ".2f"), _num(r["mean_al"], ".2f"), _num(r.get("step_ms"), ".2f"),
+                     _num(r["decode_tps"], ".1f"), _num(ratio, ".2f", "x")])
+    head = ["configuration", "suite", "mode", "budget", "expected AL", "measured AL", "step ms", "decode tok/s",
+            "vs chain"]
+    note = ('<p class="note">Every budget, the chain (0) included, served with the calibrated synthetic tree '
+            "profile (--spec-synth-tree; docs/tree.md): the expected AL is the profile's for that budget, a "
+            "step is the decode time over the verify steps (draft, verify and commit).</p>")
+    return note + _img(fig, "tree", "decode tok/s and acceptance length against the tree budget") + \
+        _table("tree", head, rows, left=3)
+
+
 def _memory(data: dict[str, Any]) -> str:
     fig = figures.peak_memory(data)
     if fig is None:
@@ -185,9 +209,8 @@ def render(data: dict[str, Any]) -> str:
     chart.require()
     parts = {
         "speed": _speed(data), "acceptance": _acceptance(data), "al-sweep": _al_sweep(data),
-        "memory": _memory(data),
-        # buun bench measures neither yet: said so, not drawn from anything
-        "tree": _not_run("Not run: buun bench does not sweep the tree budget."),
+        "memory": _memory(data), "tree": _tree(data),
+        # buun bench does not measure it yet: said so, not drawn from anything
         "concurrency": _not_run("Not run: buun bench measures one slot (-np 1) with one request at a time."),
         "machine": _machine(data), "build": _build(data), "commands": _commands(data), "prompts": _prompts(data),
     }

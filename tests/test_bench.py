@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -15,9 +16,9 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import bench, chart, figures, patches
+from buun_tool import bench, chart, figures, patches, treeprofile
 from buun_tool.cli.app import app
-from buun_tool.errors import BuunError
+from buun_tool.errors import BuunError, UsageError
 from tests.bench_files import NO_MATPLOTLIB, RECORDED
 
 # /metrics of a DFlash llama-server (pinned upstream), trimmed
@@ -137,6 +138,60 @@ class TestServerCommands:
         assert [c.label for c in bench.configs(ar=False, synthetic_al=None)] == ["DFlash"]
 
 
+class TestTreeSweep:
+    """`buun bench --tree-budget 8,16,22,32`: the chain and one server per budget, each fed the
+    calibrated tree profile, with the AL the profile expects recorded beside each."""
+
+    FLAGS = bench.ServerFlags(ctx=4096, draft_max=15)
+
+    def test_the_budgets_start_with_the_chain_each_once(self) -> None:
+        assert bench.tree_budgets("8,16,22,32", self.FLAGS) == [0, 8, 16, 22, 32]
+        assert bench.tree_budgets(" 22, 1,0,22 ", self.FLAGS) == [0, 22]  # 1 is the chain too
+        assert bench.tree_budgets("63", self.FLAGS) == [0, 63]  # 64 tokens: the -ub 64 of every DFlash server
+
+    @pytest.mark.parametrize("given, message", [
+        ("8,-1", "--tree-budget '8,-1': expected a comma-separated list of draft-node budgets"),
+        ("eight", "expected a comma-separated list"), (",", "expected a comma-separated list"),
+        ("22,64", "a tree budget of 64 verifies 65 tokens in one ubatch, more than -ub 64"),
+    ])
+    def test_a_budget_that_cannot_be_swept(self, given: str, message: str) -> None:
+        with pytest.raises(UsageError, match=re.escape(message)) as info:
+            bench.tree_budgets(given, self.FLAGS)
+        assert info.value.hint
+        wide = bench.ServerFlags(draft_max=15, extra=("-ub", "128", "-b", "256"))  # the servers' own -ub counts
+        assert bench.tree_budgets("64", wide) == [0, 64]
+
+    def test_each_budget_is_served_with_the_profile(self) -> None:
+        tree = bench.tree_configs([0, 8, 22], 15)
+        cfgs = bench.configs(ar=True, synthetic_al=[7.67], tree=tree)
+        assert [c.name for c in cfgs] == ["ar", "dflash-al7.67", "dflash-tree0", "dflash-tree8", "dflash-tree22"]
+        assert [c.label for c in tree] == ["DFlash chain (synthetic tree)", "DFlash tree 8 (synthetic tree)",
+                                           "DFlash tree 22 (synthetic tree)"]
+        # the chain's expected AL is the chain's 7.67, a tree's the profile's best tree of its budget
+        assert [c.expected_al for c in tree] == [treeprofile.DEFAULT.chain_al(), treeprofile.DEFAULT.tree_al(8),
+                                                 treeprofile.DEFAULT.tree_al(22)]
+        assert [tree[0].expected_al, tree[2].expected_al] == pytest.approx([7.67, 8.31], abs=2e-3)
+        for cfg in tree:
+            argv = bench.server_argv(Path("/b/llama-server"), Path("t.gguf"), Path("d.gguf"), cfg, self.FLAGS, 9000)
+            assert argv[argv.index("--spec-tree-budget") + 1] == str(cfg.tree_budget)
+            assert argv[argv.index("--spec-tree-k") + 1] == "8" and "--spec-synth-len" not in argv
+            u, easy, hard = treeprofile.parse_synth_tree(argv[argv.index("--spec-synth-tree") + 1])
+            assert (u, [easy, hard]) == (treeprofile.DEFAULT.u, list(treeprofile.DEFAULT.rows()))
+            assert argv[argv.index("--spec-draft-n-max") + 1] == "15" and argv[argv.index("-ub") + 1] == "64"
+        ar = bench.server_argv(Path("/b/llama-server"), Path("t.gguf"), None, cfgs[0], self.FLAGS, 9000)
+        assert not any(a.startswith("--spec-tree") or a == "--spec-synth-tree" for a in ar)
+
+    def test_another_draft_length_has_no_expected_al(self) -> None:
+        """The profile's expectation is over treeprofile.DEPTH (15) draft positions."""
+        assert [c.expected_al for c in bench.tree_configs([0, 22], 8)] == [None, None]
+
+    def test_a_running_server_cannot_be_swept(self) -> None:
+        res = CliRunner().invoke(app, ["bench", "--url", "http://127.0.0.1:9", "--tree-budget", "8"])
+        assert res.exit_code == 2 and "--tree-budget sweeps servers buun starts itself" in " ".join(res.output.split())
+        res = CliRunner().invoke(app, ["bench", "--tree-budget", "8,x"])
+        assert res.exit_code == 2 and "expected a comma-separated list" in " ".join(res.output.split())
+
+
 class TestMetrics:
     def test_parse(self) -> None:
         m = bench.parse_metrics(METRICS)
@@ -171,6 +226,7 @@ class TestSummary:
         assert df["mean_al"] == pytest.approx(1 + 100 / 50) and df["accept_rate"] == pytest.approx(100 / 200)
         assert df["accept_per_pos"] == [pytest.approx(1.0), pytest.approx(1.0)]
         assert df["prompt_tps"] == pytest.approx(2000.0) and df["peak_gpu_mib"] == 1234
+        assert df["step_ms"] == pytest.approx(2000.0 / 50) and ar["step_ms"] is None  # decode ms per verify step
 
 
 class TestLocalServer:
@@ -263,6 +319,37 @@ class TestEndToEnd:
         assert lim["target_bytes"] > lim["drafter_bytes"] > 0 and target.name in lim["weights_source"]
         html = (tmp_path / "report.html").read_text()
         assert "bandwidth bound: AL x 50 GB/s" in html and 'id="chart-al-sweep"' in html
+        for argv in data["commands"].values():  # every server is gone
+            assert _port_closed(int(argv[argv.index("--port") + 1]))
+
+    def test_tiny_pair_tree_budget_sweep(self, tiny_pair: tuple[Path, Path], llama_bin: Path, tmp_path: Path) -> None:
+        """The chain and a tree of 4 under the calibrated profile, served by the real CPU llama-server
+        (needs patch 0029's --spec-tree-budget and --spec-synth-tree)."""
+        target, drafter = tiny_pair
+        res = CliRunner().invoke(app, [
+            "bench", "--target", str(target), "--drafter", str(drafter), "--tree-budget", "0,4", "--no-ar",
+            "--suite", "math", "--mode", "raw", "--prompts", "1", "--n-predict", "64", "--ctx", "1024",
+            "--server-args=-nr", "--report", "--out", str(tmp_path)])
+        assert res.exit_code == 0, res.output
+        data = json.loads((tmp_path / "bench.json").read_text())
+        configs = {c["name"]: c for c in data["configs"]}
+        assert list(configs) == ["dflash-tree0", "dflash-tree4"] and data["options"]["tree_budgets"] == [0, 4]
+        for name, budget in (("dflash-tree0", 0), ("dflash-tree4", 4)):
+            assert configs[name]["tree_budget"] == budget
+            assert configs[name]["expected_al"] == pytest.approx(treeprofile.DEFAULT.served_al(budget))
+            argv = data["commands"][name]
+            assert argv[argv.index("--spec-tree-budget") + 1] == str(budget)
+            assert treeprofile.parse_synth_tree(argv[argv.index("--spec-synth-tree") + 1])[1:] == \
+                treeprofile.DEFAULT.rows()
+        rows = {r["config"]: r for r in data["summary"]}
+        for row in rows.values():
+            assert row["steps"] > 0 and row["decode_tps"] > 0 and row["step_ms"] > 0 and row["mean_al"] > 1
+        # a tree of 4 nodes is at most 4 deep: at most 4 drafted tokens and the bonus one a step
+        assert rows["dflash-tree4"]["mean_al"] <= 5 and rows["dflash-tree0"]["mean_al"] <= 16
+        assert all(s["decode_tokens"] == 64 for s in data["samples"])
+        html = (tmp_path / "report.html").read_text()
+        table = html.split('<table id="table-tree">', 1)[1].split("</table>", 1)[0]
+        assert 'id="chart-tree"' in html and table.count("<tr>") == 3  # the header and a row per budget
         for argv in data["commands"].values():  # every server is gone
             assert _port_closed(int(argv[argv.index("--port") + 1]))
 

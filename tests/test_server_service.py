@@ -130,3 +130,12 @@ def test_uninstall(unit_env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
                                         ("$HOME", "$$HOME"), ('say "hi"', '"say \\"hi\\""')])
 def test_exec_start_quoting(arg: str, quoted: str) -> None:
     assert service.quote(arg) == quoted
+
+
+def test_the_tree_budget_reaches_the_unit(unit_env: dict) -> None:
+    assert install(unit_env, "--name", "t", "--tree-budget", "22").exit_code == 0
+    argv = exec_start((unit_env["dir"] / "buun-t.service").read_text())
+    assert argv[argv.index("--tree-budget") + 1] == "22"
+    r = install(unit_env, "--name", "u", "--tree-budget", "99")  # refused before a unit is written
+    assert r.exit_code == 2 and "more than -ub 64" in " ".join(r.stderr.split())
+    assert not (unit_env["dir"] / "buun-u.service").exists()

@@ -4,16 +4,17 @@
                                     random-weight GGUFs shaped exactly like the recipe's pair
     buun synth --dry-run            tensor counts and sizes, nothing written
     buun bench [RECIPE] [--synthetic-al 7.67 ... | --al-sweep] [--suite code,math,prose] [--mode raw,chat]
-               [--prompts N] [--n-predict N] [--repeats N] [--target T.gguf --drafter D.gguf | --url URL]
-               [--report] [--bandwidth-gbs N]
+               [--tree-budget 8,16,22,32] [--prompts N] [--n-predict N] [--repeats N]
+               [--target T.gguf --drafter D.gguf | --url URL] [--report] [--bandwidth-gbs N]
                                     AR vs DFlash llama-servers: tok/s, TTFT, acceptance; JSON (+ PNG with matplotlib,
                                     + one self-contained HTML report with --report)
     buun bench --report-from bench.json [--out DIR] [--bandwidth-gbs N]
                                     the HTML report of a recorded run (no server started)
     buun bench --compare A.json B.json [--out DIR] [--json]
                                     two recorded runs side by side; differences beyond their own noise flagged
-    buun fit [RECIPE] [--gpu-mem 24] [--ctx N] [--ctk q8_0] [--draft-max N] [--measure]
-                                    GPU memory by component, the largest context that fits, knobs
+    buun fit [RECIPE] [--gpu-mem 24] [--ctx N] [--ctk q8_0] [--draft-max N] [--tree-budget N] [--measure]
+                                    GPU memory by component, the largest context that fits, knobs;
+                                    with a tree budget, what the tree adds over the chain
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import time
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -135,6 +136,10 @@ def bench_cmd(
         "server each). Measures step cost on random weights.", show_default=False)] = None,
     al_sweep: Annotated[bool, typer.Option("--al-sweep", help="Add DFlash servers at synthetic AL 1, 2, ..., 10: "
                                            "the report's tok/s against AL.")] = False,
+    tree_budget: Annotated[str | None, typer.Option(
+        "--tree-budget", metavar="N,N,...", help="Sweep the DDTree budget: one DFlash server per budget and the "
+        "chain (0), each with the calibrated synthetic tree profile (--spec-synth-tree; needs patch 0029): the "
+        "report's tok/s and AL against the budget.", show_default=False)] = None,
     no_ar: Annotated[bool, typer.Option("--no-ar", help="Skip the autoregressive baseline.")] = False,
     ctx: Annotated[int, typer.Option("--ctx", help="llama-server -c.")] = 6048,
     draft_max: Annotated[int | None, typer.Option("--draft-max", help="--spec-draft-n-max (default: block_size-1).",
@@ -171,6 +176,9 @@ def bench_cmd(
     if compare_:
         return _compare(*compare_, out, json_out)
     synthetic_al = bench.synthetic_lengths(synthetic_al, al_sweep) or None
+    if tree_budget is not None and url:
+        raise UsageError("--tree-budget sweeps servers buun starts itself; --url measures one running server",
+                         "leave out --url (the synthetic pair is the default), or --tree-budget")
     r = recipes.load(recipe)
     _, dgeo = synth.geometry(r, "full")
     t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale)
@@ -178,15 +186,17 @@ def bench_cmd(
     out_dir = out or paths.bench_dir() / stamp
     flags = bench.ServerFlags(ctx=ctx, n_gpu_layers=99, draft_max=draft_max or dgeo.block_size - 1,
                               backend_sampling=not host_sampling, extra=tuple(shlex.split(server_args)))
+    budgets = bench.tree_budgets(tree_budget, flags) if tree_budget is not None else []
+    forced = bool(synthetic_al or budgets)
     opts = bench.BenchOptions(
         target=t, drafter=d, url=url, suites=_csv(suite, bench.SUITES, "--suite"),
         modes=_csv(mode, bench.MODES, "--mode"), prompts=prompts or None, n_predict=n_predict, repeats=repeats,
-        ar=not no_ar, synthetic_al=list(synthetic_al or []), flags=flags, out_dir=out_dir,
-        load_timeout=load_timeout, models_note=note + (", acceptance forced" if synthetic_al else ""),
+        ar=not no_ar, synthetic_al=list(synthetic_al or []), tree_budgets=budgets, flags=flags, out_dir=out_dir,
+        load_timeout=load_timeout, models_note=note + (", acceptance forced" if forced else ""),
         bandwidth_gbs=bandwidth_gbs)
     if report_:
         chart.require()  # before the servers run, not after: the report is what was asked for
-    if synthetic_al is None and t is not None and target is None:
+    if not forced and t is not None and target is None:
         console.warn("random-weight models accept almost no draft: pass --synthetic-al to measure step cost")
     result = bench.run(opts)
     json_path = bench.write_json(result, out_dir / "bench.json")
@@ -292,6 +302,9 @@ def fit_cmd(
     batch: Annotated[int | None, typer.Option("--batch", help="-b (default: the recipe's).", show_default=False)
                      ] = None,
     parallel: Annotated[int | None, typer.Option("--parallel", help="-np.", show_default=False)] = None,
+    tree_budget: Annotated[int | None, typer.Option("--tree-budget", help="Draft nodes of the DDTree verified per "
+                                                    "step (--spec-tree-budget); 0 = the chain (default: the "
+                                                    "recipe's).", show_default=False)] = None,
     rollback: Annotated[Rollback | None, typer.Option("--rollback",
                                                       help="Recurrent-state rollback: tape (buun's patch 0005) or "
                                                       "snapshot (upstream's planes); default: "
@@ -312,14 +325,17 @@ def fit_cmd(
                     draft_max=base.draft_max if draft_max is None else draft_max,
                     draft_ctx=base.draft_ctx if ctx_draft is None else (ctx_draft or None),
                     ubatch=ubatch or base.ubatch, batch=batch or base.batch, n_parallel=parallel or base.n_parallel,
-                    rollback=rollback_name)
+                    rollback=rollback_name, tree_budget=base.tree_budget if tree_budget is None else
+                    fit.check_tree_budget(tree_budget, "--tree-budget"))
+    fit.check_tree(flags)
     gpu_gib = gpu_mem or _default_gpu_gib()
     weights = fit.default_weights(r)
     pred = fit.predict(r, flags, weights=weights)
     report = {"gpu_gib": gpu_gib, "margin_gib": margin, "fits": fit.fits(pred, gpu_gib, margin),
               "max_ctx": fit.max_context(r, flags, gpu_gib, margin, weights=weights),
               "prediction": pred.to_json(), "weights": weights.source,
-              "knobs": fit.knobs(r, flags, gpu_gib, margin, weights=weights)}
+              "knobs": fit.knobs(r, flags, gpu_gib, margin, weights=weights),
+              "tree_extra": _tree_extra(r, flags, weights)}
     measured, compared = _measure(r, flags, scale) if measure_ else (None, None)
     if json_out:
         report["knobs"] = [{"change": k.change, "total_gib": k.total_bytes / fit.GIB, "max_ctx": k.max_ctx}
@@ -332,6 +348,14 @@ def fit_cmd(
     if measured and compared:
         console.out.print(_fit_table(compared, measured))
         console.info(f"measured with: {shlex.join(measured.command)}\n  log: {measured.log_path}")
+
+
+def _tree_extra(r: recipes.Recipe, flags: fit.FitFlags, weights: fit.Weights) -> dict[str, Any] | None:
+    """What the tree adds over the chain (bytes by component), or None for the chain."""
+    if not flags.tree:
+        return None
+    extra = fit.tree_extra(r, flags, weights=weights)
+    return {"budget": flags.tree_budget, "bytes": sum(extra.values()), "by_component": extra}
 
 
 def _measure(r: recipes.Recipe, flags: fit.FitFlags, scale: str | None
@@ -355,6 +379,12 @@ def _print_fit(pred: fit.Prediction, report: dict) -> None:
     for k in report["knobs"]:
         table.add_row(k.change, _gib(k.total_bytes), str(k.max_ctx))
     console.out.print(table)
+    extra = report["tree_extra"]
+    if extra:
+        labels = {c.key: c.label for c in pred.components}
+        parts = ", ".join(f"{labels[k]} +{v / fit.MIB:.2f}" for k, v in extra["by_component"].items())
+        console.out.print(f"tree budget {extra['budget']}: [bold]+{extra['bytes'] / fit.MIB:.2f} MiB[/] over the "
+                          f"chain ({parts} MiB)")
 
 
 def register(app: typer.Typer) -> None:

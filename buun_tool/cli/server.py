@@ -4,6 +4,7 @@
                                           supervise in the foreground (Ctrl-C stops)
     buun serve --host 0.0.0.0 --api-key KEY   other machines may connect (without a key: --no-api-key)
     buun serve --print-cmd [-- -c 4096]   show the llama-server command (secrets masked; models may be missing)
+    buun serve --tree-budget 22           verify a DDTree of 22 draft nodes per step (0: the chain)
     buun start [RECIPE] [same options]    the same supervisor, detached; returns once ready
     buun stop [NAME] [--all]              SIGTERM, grace, SIGKILL: no process left behind
     buun restart [NAME]                   relaunch llama-server (a stopped instance: start it again)
@@ -51,6 +52,10 @@ PortOpt = Annotated[int, typer.Option("--port", help="Port to listen on.")]
 ApiKeyOpt = Annotated[str | None, typer.Option(
     "--api-key", envvar=spec_mod.API_KEY_ENV, show_envvar=True, show_default=False,
     help="API key clients must send; handed to llama-server via LLAMA_API_KEY, never stored or shown.")]
+TreeBudgetOpt = Annotated[int | None, typer.Option(
+    "--tree-budget", metavar="N", show_default=False,
+    help="Draft nodes of the DDTree verified per step (llama-server's --spec-tree-budget; patch 0029); 0 or 1 "
+    "verifies the chain. Default: the recipe's server.tree.budget.")]
 DropOpt = Annotated[list[str] | None, typer.Option("--drop", metavar="FLAG",
                                                   help="Leave out a recipe flag (repeatable): --drop -cd.")]
 ReadyTimeout = Annotated[float, typer.Option(help="Seconds without load progress before giving up.",
@@ -106,6 +111,7 @@ def serve(
     ctx: typer.Context, recipe: RecipeArg = None, name: NameOpt = None, model: ModelOpt = None,
     draft: DraftOpt = None, host: HostOpt = spec_mod.DEFAULT_HOST, port: PortOpt = spec_mod.DEFAULT_PORT,
     api_key: ApiKeyOpt = None, no_api_key: NoKeyOpt = False, drop: DropOpt = None,
+    tree_budget: TreeBudgetOpt = None,
     print_cmd: Annotated[bool, typer.Option("--print-cmd", help="Print the llama-server command and exit.")] = False,
     ready_timeout: ReadyTimeout = _P.ready_timeout, health_interval: HealthInterval = _P.health_interval,
     health_timeout: HealthTimeout = _P.health_timeout, health_failures: HealthFailures = _P.health_failures,
@@ -123,7 +129,7 @@ def serve(
                      backoff, backoff_max, stop_timeout, log_max_mb, log_keep)
     spec, key = spec_mod.resolve(recipe, name=name, model=model, draft=draft, host=host, port=port, extra=extra,
                                  drops=drop, api_key=api_key, no_api_key=no_api_key, policy=policy,
-                                 need_models=not print_cmd)
+                                 need_models=not print_cmd, tree_budget=tree_budget)
     if print_cmd:  # also before the models exist: the command shows the paths they will have
         console.out.print(command.display(spec.argv, key), markup=False)
         for problem in spec.missing_files():
@@ -147,6 +153,7 @@ def start(
     ctx: typer.Context, recipe: RecipeArg = None, name: NameOpt = None, model: ModelOpt = None,
     draft: DraftOpt = None, host: HostOpt = spec_mod.DEFAULT_HOST, port: PortOpt = spec_mod.DEFAULT_PORT,
     api_key: ApiKeyOpt = None, no_api_key: NoKeyOpt = False, drop: DropOpt = None,
+    tree_budget: TreeBudgetOpt = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Return once ready (or failed).")] = True,
     ready_timeout: ReadyTimeout = _P.ready_timeout, health_interval: HealthInterval = _P.health_interval,
     health_timeout: HealthTimeout = _P.health_timeout, health_failures: HealthFailures = _P.health_failures,
@@ -162,7 +169,8 @@ def start(
     policy = _policy(ready_timeout, health_interval, health_timeout, health_failures, max_crashes, crash_window,
                      backoff, backoff_max, stop_timeout, log_max_mb, log_keep)
     spec, key = spec_mod.resolve(recipe, name=name, model=model, draft=draft, host=host, port=port, extra=extra,
-                                 drops=drop, api_key=api_key, no_api_key=no_api_key, policy=policy)
+                                 drops=drop, api_key=api_key, no_api_key=no_api_key, policy=policy,
+                                 tree_budget=tree_budget)
     spec_mod.check_exposure(spec, key)
     spec.check_files()
     console.step(f"starting {spec.name} on {spec.url}")
@@ -312,7 +320,7 @@ service_app = typer.Typer(help="Run the server as a systemd user service.", no_a
 def service_install(
     ctx: typer.Context, recipe: RecipeArg = None, name: NameOpt = None, model: ModelOpt = None,
     draft: DraftOpt = None, host: HostOpt = spec_mod.DEFAULT_HOST, port: PortOpt = spec_mod.DEFAULT_PORT,
-    no_api_key: NoKeyOpt = False, drop: DropOpt = None,
+    no_api_key: NoKeyOpt = False, drop: DropOpt = None, tree_budget: TreeBudgetOpt = None,
     now: Annotated[bool, typer.Option("--now", help="Also enable and start it (systemctl --user).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Overwrite a unit with other settings.")] = False,
     ready_timeout: ReadyTimeout = _P.ready_timeout, health_interval: HealthInterval = _P.health_interval,
@@ -335,7 +343,7 @@ def service_install(
         console.warn(f"the unit does not get {spec_mod.API_KEY_ENV}; for an API key pass `-- --api-key-file FILE`")
     # the key the unit's `buun serve` will have: only the recipe's (it reads the recipe again)
     spec, key = spec_mod.resolve(recipe, name=name, model=model, draft=draft, host=host, port=port, extra=extra,
-                                 drops=drop, no_api_key=no_api_key, policy=policy)
+                                 drops=drop, no_api_key=no_api_key, policy=policy, tree_budget=tree_budget)
     spec_mod.check_exposure(spec, key)
     args = [recipe or spec.recipe, "--name", spec.name, "--host", host, "--port", str(port)]
     if no_api_key:
@@ -346,6 +354,8 @@ def service_install(
         args += ["--draft", spec.draft]
     for d in drop or []:
         args.append(f"--drop={d}")
+    if tree_budget is not None:
+        args += ["--tree-budget", str(tree_budget)]
     for field_name, value in vars(policy).items():
         if value != getattr(_P, field_name):
             opt = {"backoff_initial": "backoff", "log_max_bytes": "log_max_mb"}.get(field_name, field_name)

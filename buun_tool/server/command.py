@@ -68,12 +68,16 @@ ALIAS_GROUPS: tuple[tuple[str, ...], ...] = (
     ("--ui", "--webui"),
     ("-hft", "--hf-token"),
     ("-bs", "--backend-sampling"),
+    ("--spec-tree-budget", "--tree-budget", "--ddtree-budget"),
 )
 # Negative switches whose spelling is not simply --no-<positive>.
 NEGATIONS: Mapping[str, str] = {
     "-nkvo": "-kvo", "-nocb": "-cb", "-no-kvu": "-kvu", "--no-webui": "--ui",
 }
 _CANONICAL = {spelling: group[0] for group in ALIAS_GROUPS for spelling in group}
+# the tree's flags (patch 0029), by canonical spelling
+TREE_BUDGET = "--spec-tree-budget"
+TREE_K = "--spec-tree-k"
 
 # Flags buun sets itself: the supervisor must know the address it probes and the files it checks.
 MANAGED = {"-m": "--model", "-md": "--draft", "--host": "--host", "--port": "--port"}

@@ -124,11 +124,12 @@ def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | No
             draft: Path | None = None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
             extra: list[str] | None = None, drops: list[str] | None = None, api_key: str | None = None,
             no_api_key: bool = False, policy: Policy | None = None,
-            need_models: bool = True) -> tuple[LaunchSpec, str | None]:
+            need_models: bool = True, tree_budget: int | None = None) -> tuple[LaunchSpec, str | None]:
     """A launch spec from a recipe and the command-line options; also the API key to give
     llama-server (`api_key`, which the CLI fills from --api-key or BUUN_API_KEY, else an
     `--api-key` after `--` or in the recipe). No secret flag stays in the spec's flags (see
-    command.SECRET_ENV). Without `need_models` the default models may still be missing (--print-cmd)."""
+    command.SECRET_ENV). Without `need_models` the default models may still be missing (--print-cmd).
+    `tree_budget` (--tree-budget) replaces the recipe's server.tree.budget (with_tree)."""
     from buun_tool.server.instance import check_name
 
     patches.rollback_from_env()  # llama-server would take a misspelt value for the tape without a word
@@ -140,6 +141,7 @@ def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | No
     command.check_drops(drops or [])
     # the recipe's secrets and the command line's alike (an override replaces the recipe's)
     flags, secrets = command.take_secrets(command.merge(base, overrides, drops or []))
+    flags = with_tree(recipe, flags, overrides, tree_budget)
     flags, context = with_context(recipe, flags, overrides)
     if not 0 < port < 65536:
         raise UsageError(f"--port {port}: expected 1..65535")
@@ -179,6 +181,36 @@ def with_context(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag
     if at is None:
         return [*flags, ("-c", str(choice.value))], choice
     return [*flags[:at], (flags[at][0], str(choice.value)), *flags[at + 1:]], choice
+
+
+def with_tree(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag], budget: int | None) -> list[Flag]:
+    """The flags with the tree's settings (patch 0029). The budget is --tree-budget's, else one among
+    the flags (after `--` or in the recipe's server.flags, in any spelling), else the recipe's
+    server.tree.budget. A tree (budget 2 or more) gets --spec-tree-budget N, and the recipe's
+    --spec-tree-k unless the flags give one; the chain gets no tree flag: it is llama-server's
+    default, so a build without 0029 serves it. A tree that does not fit one ubatch is refused here
+    rather than by llama-server's assert."""
+    if budget is not None and any(command.canonical(n) == command.TREE_BUDGET for n, _ in overrides):
+        raise UsageError("--tree-budget and a --spec-tree-budget after `--` both set the tree budget",
+                         "give one of them")
+    given = [v for n, v in flags if command.canonical(n) == command.TREE_BUDGET]
+    if budget is None and given:
+        budget = _budget_flag(given[-1])
+    n = fit.check_tree_budget(recipe.tree_budget if budget is None else budget, "--tree-budget")
+    out = [f for f in flags if command.canonical(f[0]) != command.TREE_BUDGET]
+    if n > 1:
+        out.append((command.TREE_BUDGET, str(n)))
+        if not any(command.canonical(name) == command.TREE_K for name, _ in out):
+            out.append((command.TREE_K, str(recipe.tree_k)))
+    fit.check_tree(fit.flags_from_server_flags({name: True if v is None else v for name, v in out}))
+    return out
+
+
+def _budget_flag(value: str | None) -> int:
+    if value is None or not value.isdigit():
+        shown = "--spec-tree-budget" + (f" {value}" if value is not None else " without a value")
+        raise UsageError(f"{shown}: expected a whole number of draft nodes, 0 or more", fit.TREE_BUDGET_HINT)
+    return int(value)
 
 
 def _kept(base: list[Flag], overrides: list[Flag]) -> list[str]:
