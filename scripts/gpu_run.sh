@@ -8,6 +8,8 @@
 # Each step's log is in $RES (/tmp/buun-gpu/results), its exit code and time in summary.txt.
 #   build        vendor + patch, the product CUDA build for the machine's own GPU (`buun build
 #                --cuda`: the arch comes from nvidia-smi) while the full-size synthetic pair is written
+#   tbo-mmqs     test-backend-ops: the small-batch K-quant kernel's MUL_MAT cases (9-32 columns)
+#                against the CPU, and its timings at the 27B's FFN shapes, 16 against 17-32 columns
 #   correctness  the correctness harness on CUDA (tests/test_correctness.py, tie-aware rule)
 #   tree-decode  test-tree-decode on the tiny pair in f32, offloaded (patches 0027-0029)
 #   ar           llama-bench tg128 of the target: the run's AR anchor
@@ -22,6 +24,12 @@
 part_build() {
     gpu_build_synth 1500 $BUUN build --cuda --jobs 16
     cp vendor/build/cuda/buun-build.json "$RES/"
+}
+
+part_tbo_mmqs() {
+    gpu_tbo_build
+    gpu_tbo mmqs "" test -o MUL_MAT -p "type_a=q[456]_K,type_b=f32,m=[0-9]+,n=(9|16|17|23|32),"
+    gpu_tbo perf-mmqs "" perf -o MUL_MAT -p "type_a=q[46]_K,type_b=f32,m=(17408|5120),n=(16|17|23|32),k=(5120|17408),"
 }
 
 part_correctness() {

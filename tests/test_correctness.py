@@ -407,6 +407,23 @@ def test_rollback_matches_decoding_from_scratch(ar_server: Server, llama_bin: Pa
 
 
 @slow
+def test_a_request_that_ends_inside_a_draft_keeps_its_cache(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
+                                                            tmp_path: Path) -> None:
+    """Patch 0030: a step accepts tokens past the request's budget (0018 keeps drafts whole); they
+    leave the slot's cache, so continuing with the tokens sent reuses the cache (one new token
+    evaluated) instead of going back to a context checkpoint. Budgets that end inside a draft, with
+    partial acceptance at the last step and without, for a chain and for a tree."""
+    for name, synth in (("chain", ["--spec-synth-len", "6"]), ("tree", TREE)):
+        args = _dflash_args(tiny_pair_f32, "-fa", "on", *synth)
+        with llama_server(llama_bin, args, tmp_path / f"{name}.log") as spec:
+            for n in (40, 41, 42, 43):
+                gen = spec.complete(PROMPTS[0], n, cache_prompt=True)
+                assert len(gen["tokens"]) == n
+                out = spec.complete(PROMPTS[0] + gen["tokens"] + [1234], 1, cache_prompt=True)
+                assert out["timings"]["prompt_n"] == 1, f"{name}, n_predict {n}: the cache was not reused"
+
+
+@slow
 def test_tree_greedy_equals_ar(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path) -> None:
     """Patch 0029: a tree step walks the verified tree by the target's own greedy choices, so the
     output is AR's token for token, for budgets below, just above and well above the chain's 15
