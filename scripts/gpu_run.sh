@@ -9,7 +9,8 @@
 #   build        vendor + patch, the product CUDA build for the machine's own GPU (`buun build
 #                --cuda`: the arch comes from nvidia-smi) while the full-size synthetic pair is written
 #   tbo-mmqs     test-backend-ops: the small-batch K-quant kernel's MUL_MAT cases (9-32 columns)
-#                against the CPU, and its timings at the 27B's FFN shapes, 16 against 17-32 columns
+#                against the CPU, and its timings at the 27B's FFN shapes, 16 against 17-32
+#                columns, with 0031's two variants (GGML_CUDA_MMQS_INTERLEAVE=0/1)
 #   correctness  the correctness harness on CUDA (tests/test_correctness.py, tie-aware rule)
 #   tree-decode  test-tree-decode on the tiny pair in f32, offloaded (patches 0027-0029)
 #   ar           llama-bench tg128 of the target: the run's AR anchor
@@ -17,6 +18,7 @@
 #                per-phase step profile (LLAMA_SPEC_PROFILE=1)
 #   tree-sweep   `buun bench --tree-budget 16,22,32` (the chain added) under the calibrated tree
 #                profile, with the step profile
+#   tree-sweep-il  the same with GGML_CUDA_MMQS_INTERLEAVE=1 (0031's variant)
 #   fit-tree     `buun fit --measure` of the chain and of a budget-22 tree
 #   pack         $W/results.tgz: what the docs keep of the run
 . "$(dirname "$0")/gpu_lib.sh"
@@ -29,7 +31,12 @@ part_build() {
 part_tbo_mmqs() {
     gpu_tbo_build
     gpu_tbo mmqs "" test -o MUL_MAT -p "type_a=q[456]_K,type_b=f32,m=[0-9]+,n=(9|16|17|23|32),"
-    gpu_tbo perf-mmqs "" perf -o MUL_MAT -p "type_a=q[46]_K,type_b=f32,m=(17408|5120),n=(16|17|23|32),k=(5120|17408),"
+    local v
+    for v in 0 1; do
+        gpu_tbo "mmqs-il$v" "GGML_CUDA_MMQS_INTERLEAVE=$v" test -o MUL_MAT -p "type_a=q[456]_K,type_b=f32,m=[0-9]+,n=(17|23|32),"
+        gpu_tbo "perf-mmqs-il$v" "GGML_CUDA_MMQS_INTERLEAVE=$v" perf -o MUL_MAT \
+            -p "type_a=q[46]_K,type_b=f32,m=(17408|5120),n=(16|17|23|32),k=(5120|17408),"
+    done
 }
 
 part_correctness() {
@@ -57,6 +64,12 @@ part_bench() {
 part_tree_sweep() {
     step tree-sweep 600 env LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" --no-ar --tree-budget 16,22,32 \
         --prompts 2 --n-predict 512 --out "$RES/tree-sweep"
+}
+
+# the sweep with the small-batch kernel's two column groups interleaved (0031's other variant)
+part_tree_sweep_il() {
+    step tree-sweep-il 600 env LLAMA_SPEC_PROFILE=1 GGML_CUDA_MMQS_INTERLEAVE=1 $BUUN bench "${BENCH[@]}" --no-ar \
+        --tree-budget 16,22,32 --prompts 2 --n-predict 512 --out "$RES/tree-sweep-il"
 }
 
 part_fit_tree() {
