@@ -410,8 +410,8 @@ def test_rollback_matches_decoding_from_scratch(ar_server: Server, llama_bin: Pa
 def test_a_request_that_ends_inside_a_draft_keeps_its_cache(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
                                                             tmp_path: Path) -> None:
     """Patch 0030: a step accepts tokens past the request's budget (0018 keeps drafts whole); they
-    leave the slot's cache, so continuing with the tokens sent reuses the cache (one new token
-    evaluated) instead of going back to a context checkpoint. Budgets that end inside a draft, with
+    leave the slot's cache, so continuing with the tokens sent reuses the cache (at most two tokens
+    evaluated) instead of going back to a context checkpoint (45 tokens before the patch). Budgets that end inside a draft, with
     partial acceptance at the last step and without, for a chain and for a tree."""
     for name, synth in (("chain", ["--spec-synth-len", "6"]), ("tree", TREE)):
         args = _dflash_args(tiny_pair_f32, "-fa", "on", *synth)
@@ -420,7 +420,8 @@ def test_a_request_that_ends_inside_a_draft_keeps_its_cache(llama_bin: Path, tin
                 gen = spec.complete(PROMPTS[0], n, cache_prompt=True)
                 assert len(gen["tokens"]) == n
                 out = spec.complete(PROMPTS[0] + gen["tokens"] + [1234], 1, cache_prompt=True)
-                assert out["timings"]["prompt_n"] == 1, f"{name}, n_predict {n}: the cache was not reused"
+                # the new token, and the request's last one where no step decoded it
+                assert out["timings"]["prompt_n"] <= 2, f"{name}, n_predict {n}: the cache was not reused"
 
 
 @slow
