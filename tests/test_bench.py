@@ -8,62 +8,16 @@ import re
 import socket
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 from typer.testing import CliRunner
 
 from buun_tool import bench, chart, figures, patches, treeprofile
 from buun_tool.cli.app import app
-from buun_tool.errors import BuunError, UsageError
+from buun_tool.errors import UsageError
 from tests.bench_files import NO_MATPLOTLIB, RECORDED
-
-# /metrics of a DFlash llama-server (pinned upstream), trimmed
-METRICS = """\
-# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed, excluding cached tokens
-# TYPE llamacpp:prompt_tokens_total counter
-llamacpp:prompt_tokens_total 38
-llamacpp:spec_decode_num_draft_tokens_total 27
-llamacpp:spec_decode_num_accepted_tokens_total 10
-llamacpp:spec_decode_num_drafts_total 6
-llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 4
-llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 2
-llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="2"} 2
-"""
-
-FAKE_SERVER = textwrap.dedent("""\
-    import http.server, signal, subprocess, sys
-    mode, port = sys.argv[1], int(sys.argv[2])
-    if mode == "crash":
-        print("loading model", flush=True)
-        print("error: failed to open GGUF file 'x.gguf'", flush=True)
-        sys.exit(3)
-    if mode == "stubborn":
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    child = subprocess.Popen(["sleep", "300"])
-    print(f"child {child.pid}", flush=True)
-
-    class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b'{"status":"ok"}')
-
-        def log_message(self, *args):
-            pass
-
-    http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
-""")
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def _port_closed(port: int) -> bool:
@@ -192,21 +146,6 @@ class TestTreeSweep:
         assert res.exit_code == 2 and "expected a comma-separated list" in " ".join(res.output.split())
 
 
-class TestMetrics:
-    def test_parse(self) -> None:
-        m = bench.parse_metrics(METRICS)
-        assert m["spec_decode_num_drafts_total"] == 6 and m["per_pos"] == [4, 2, 2]
-
-    def test_delta_between_scrapes(self) -> None:
-        before = bench.parse_metrics(METRICS)
-        after = bench.parse_metrics(METRICS.replace(" 27", " 57").replace(" 10\n", " 22\n").replace(" 6\n", " 10\n")
-                                    .replace('"1"} 2', '"1"} 5'))
-        d = bench.metrics_delta(before, after)
-        assert (d["drafted"], d["accepted"], d["steps"]) == (30, 12, 4)
-        assert d["accepted_per_pos"] == [0, 3, 0]
-        assert bench.metrics_delta(None, after) == {}
-
-
 def _sample(cfg: str, suite: str, tokens: int, ms: float, accepted: int = 0, steps: int | None = None
             ) -> bench.Sample:
     return bench.Sample(cfg, suite, "raw", "p", 0, 100, 50.0, tokens, ms, 20.0, drafted=4 * (steps or 0),
@@ -227,30 +166,6 @@ class TestSummary:
         assert df["accept_per_pos"] == [pytest.approx(1.0), pytest.approx(1.0)]
         assert df["prompt_tps"] == pytest.approx(2000.0) and df["peak_gpu_mib"] == 1234
         assert df["step_ms"] == pytest.approx(2000.0 / 50) and ar["step_ms"] is None  # decode ms per verify step
-
-
-class TestLocalServer:
-    def _server(self, tmp_path: Path, mode: str) -> bench.LocalServer:
-        script = tmp_path / "fake_server.py"
-        script.write_text(FAKE_SERVER)
-        port = bench.free_port()
-        return bench.LocalServer([sys.executable, str(script), mode, str(port)], tmp_path / f"{mode}.log", port,
-                                 load_timeout=30, grace=0.5)
-
-    def test_stop_kills_the_whole_group_even_when_sigterm_is_ignored(self, tmp_path: Path) -> None:
-        server = self._server(tmp_path, "stubborn")
-        with server:
-            assert server.proc is not None
-            pid = server.proc.pid
-            lines = server.log_path.read_text().splitlines()
-            child = int(next(ln for ln in lines if ln.startswith("child")).split()[1])
-            assert not _gone(child)
-        assert _gone(pid) and _gone(child) and _port_closed(server.port)
-
-    def test_an_early_exit_reports_the_failure_lines(self, tmp_path: Path) -> None:
-        with pytest.raises(BuunError, match="failed to open GGUF") as info:
-            self._server(tmp_path, "crash").start()
-        assert "exited with code 3" in info.value.message
 
 
 class TestChart:
@@ -308,7 +223,7 @@ class TestEndToEnd:
             assert df["speedup"] > 0 and len(df["accept_per_pos"]) == 15
         assert all(s["decode_tokens"] == 8 for s in data["samples"])
         assert "--spec-synth-len" in data["commands"]["dflash-al3"] and data["llama_cpp"]["pin"]
-        assert data["commands"]["ar"][-1] == "-nr"
+        assert "-nr" in data["commands"]["ar"]  # --server-args reach every server
         assert data["machine"]["cpu"] and data["prompt_sources"]["math"].endswith("math.jsonl")
         assert data["options"]["env"] == {"LLAMA_RS_ROLLBACK": "snapshot"}
         assert _png_pixels((tmp_path / "bench.png").read_bytes()).shape[2] == 3
