@@ -4,9 +4,10 @@
     read_json(path) -> dict                   a recorded run, checked (for the report and --compare)
 
 Each configuration (AR, DFlash, DFlash with a forced synthetic acceptance length, DFlash at a
-tree budget under the synthetic tree profile of treeprofile.py) gets its own llama-server, run
-by server.local.LocalServer (as `buun fit --measure` and the tests run theirs), or one running
-server given by URL. Every prompt of every suite is sent raw (/completion) and/or
+tree budget under the synthetic tree profile of treeprofile.py: bench_configs.py) is the recipe's
+own server flags, as `buun serve` runs them, with named overrides; it gets its own llama-server,
+run by server.local.LocalServer (as `buun fit --measure` and the tests run theirs), or one
+running server is given by URL. Every prompt of every suite is sent raw (/completion) and/or
 through the chat template (/v1/chat/completions), streamed so the time to the first token is
 seen by the client. Decode and prompt speed come from the server's `timings`; drafted and
 accepted tokens, verification steps and acceptance per draft position from the deltas of
@@ -26,7 +27,7 @@ import shlex
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -34,10 +35,10 @@ from typing import Any
 import psutil
 import requests
 
-from buun_tool import build, console, patches, paths, vendor
+from buun_tool import bench_configs, build, console, patches, paths, recipes, vendor
+from buun_tool.bench_configs import Overrides, ServerConfig, configs
 from buun_tool.errors import BuunError, NotReadyError, UsageError
-from buun_tool.server import command, gpu, metrics, process
-from buun_tool.server.command import Flag
+from buun_tool.server import gpu, metrics, process
 from buun_tool.server.health import Probe
 from buun_tool.server.local import LocalServer
 
@@ -107,123 +108,6 @@ def chat_text(p: Prompt) -> str:
     if p.suite == "code":
         return f"Complete the following Python function.\n\n```python\n{p.text}```"
     return p.text
-
-
-# --- server configurations -------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ServerConfig:
-    name: str  # "ar", "dflash", "dflash-al7.67", "dflash-tree22"
-    spec: bool
-    synthetic_al: float | None = None
-    tree_budget: int | None = None  # a --tree-budget sweep's point (0: the chain), under the tree profile
-    expected_al: float | None = None  # the profile's expected AL at that budget (treeprofile)
-
-    @property
-    def label(self) -> str:
-        if not self.spec:
-            return "AR"
-        if self.tree_budget is not None:
-            return ("DFlash chain" if self.tree_budget <= 1 else f"DFlash tree {self.tree_budget}") + \
-                " (synthetic tree)"
-        return "DFlash" if self.synthetic_al is None else f"DFlash AL {self.synthetic_al:g} (synthetic)"
-
-
-AL_SWEEP = tuple(float(al) for al in range(1, 11))  # --al-sweep: the report's tok/s against AL, 1 to 10
-
-
-def synthetic_lengths(given: list[float] | None, sweep: bool) -> list[float]:
-    """The --synthetic-al lengths in the order given, then the sweep's that are not among them."""
-    given = list(given or [])
-    return given + [al for al in AL_SWEEP if sweep and al not in given]
-
-
-def tree_budgets(given: str, flags: ServerFlags) -> list[int]:
-    """--tree-budget's budgets ("8,16,22,32"), the chain (0) first and each once (1 is the chain
-    too); each tree must fit the servers' ubatch (fit.check_tree)."""
-    from buun_tool import fit
-    from buun_tool.server import command
-
-    items = [v.strip() for v in given.split(",") if v.strip()]
-    if not items or not all(v.isdigit() for v in items):
-        raise UsageError(f"--tree-budget {given!r}: expected a comma-separated list of draft-node budgets, "
-                         "0 or more", "for example --tree-budget 8,16,22,32 (the chain, budget 0, is always added)")
-    budgets = list(dict.fromkeys([0] + [int(v) if int(v) > 1 else 0 for v in items]))
-    batch = {n: True if v is None else v for n, v in command.parse_args([*flags.spec_batch, *flags.extra])}
-    for b in budgets:
-        fit.check_tree(replace(fit.flags_from_server_flags(batch), draft_max=flags.draft_max, tree_budget=b))
-    return budgets
-
-
-def tree_configs(budgets: list[int], draft_max: int) -> list[ServerConfig]:
-    """One DFlash server per budget, each fed the calibrated tree profile (--spec-synth-tree). The
-    profile's expected AL is that of a draft of treeprofile.DEPTH tokens: None for another length."""
-    from buun_tool import treeprofile
-
-    def expected(b: int) -> float | None:
-        return treeprofile.DEFAULT.served_al(b) if draft_max == treeprofile.DEPTH else None
-
-    return [ServerConfig(f"dflash-tree{b}", True, tree_budget=b, expected_al=expected(b)) for b in budgets]
-
-
-def configs(ar: bool, synthetic_al: list[float] | None, tree: list[ServerConfig] | None = None) -> list[ServerConfig]:
-    """AR (unless left out), then one DFlash server per synthetic length and the tree sweep's
-    servers (`tree_configs`), or one DFlash server with real acceptance when there are neither."""
-    out = [ServerConfig("ar", False)] if ar else []
-    if synthetic_al:
-        out += [ServerConfig(f"dflash-al{al:g}", True, al) for al in synthetic_al]
-    out += tree or []
-    if not synthetic_al and not tree:
-        out.append(ServerConfig("dflash", True))
-    return out
-
-
-@dataclass(frozen=True)
-class ServerFlags:
-    """The llama-server flags every configuration shares, and the DFlash ones."""
-
-    ctx: int = 6048
-    n_gpu_layers: int = 99
-    draft_max: int = 15
-    draft_min: int = 1
-    spec_batch: tuple[str, ...] = ("-b", "256", "-ub", "64")  # the seed's DFlash batch sizes
-    backend_sampling: bool = True  # -bs, as the recipe serves: rows sampled in the graph
-    extra: tuple[str, ...] = ()
-
-
-def server_flags(cfg: ServerConfig, flags: ServerFlags) -> list[Flag]:
-    """The llama-server flags of one configuration (upstream flag names)."""
-    out: list[Flag] = [("-c", str(flags.ctx)), ("-np", "1"), ("-ngl", str(flags.n_gpu_layers)), ("--no-webui", None),
-                       ("--fit", "off")]  # the flags as given: never shrink the context behind the measurement
-    if cfg.spec:
-        out += [("-ngld", str(flags.n_gpu_layers)), ("--spec-type", "draft-dflash"),
-                ("--spec-draft-n-max", str(flags.draft_max)), ("--spec-draft-n-min", str(flags.draft_min)),
-                *command.parse_args(flags.spec_batch)]
-        if cfg.synthetic_al is not None:
-            out.append(("--spec-synth-len", f"{cfg.synthetic_al:g}"))
-        if cfg.tree_budget is not None:
-            out += tree_flags(cfg.tree_budget)
-    if flags.backend_sampling:
-        out.append(("-bs", None))
-    return out + command.parse_args(flags.extra)
-
-
-def server_argv(binary: Path, target: Path, drafter: Path | None, cfg: ServerConfig, flags: ServerFlags,
-                port: int) -> list[str]:
-    """The exact llama-server command of one configuration."""
-    if cfg.spec and drafter is None:
-        raise UsageError("a DFlash configuration needs a drafter GGUF")
-    return command.server_argv(str(binary), str(target), str(drafter) if cfg.spec else None, "127.0.0.1", port,
-                               server_flags(cfg, flags))
-
-
-def tree_flags(budget: int) -> list[Flag]:
-    """A tree sweep's server (patch 0029): the budget, K and the calibrated profile, so that every
-    budget, the chain's 0 included, is measured under the same feigned drafter."""
-    from buun_tool import treeprofile
-
-    return [("--spec-tree-budget", str(budget)), ("--spec-tree-k", str(treeprofile.K)),
-            ("--spec-synth-tree", treeprofile.synth_tree_value(treeprofile.DEFAULT))]
 
 
 # --- requests, metrics, memory ---------------------------------------------------------------
@@ -317,10 +201,9 @@ class BenchOptions:
     prompts: int | None = 4
     n_predict: int = 256
     repeats: int = 1
-    ar: bool = True
-    synthetic_al: list[float] = field(default_factory=list)
-    tree_budgets: list[int] = field(default_factory=list)  # --tree-budget: the sweep, 0 (the chain) first
-    flags: ServerFlags = field(default_factory=ServerFlags)
+    recipe: recipes.Recipe | None = None  # whose server flags every configuration starts from
+    configs: list[ServerConfig] = field(default_factory=lambda: configs(ar=True, synthetic_al=None))
+    overrides: Overrides = field(default_factory=bench_configs.common)  # the command line's, for every server
     out_dir: Path = Path(".")
     load_timeout: float = 300.0
     models_note: str = ""  # "synthetic (random weights)" or the real files
@@ -363,11 +246,13 @@ def _sample(cfg: str, p: Prompt, mode: str, repeat: int, t: dict[str, Any], ttft
 def _run_config(cfg: ServerConfig, suites: dict[str, list[Prompt]], opts: BenchOptions) -> ConfigRun:
     if opts.target is None:
         raise UsageError("no target model to benchmark", "pass --target, or use the synthetic pair")
-    argv = server_argv(build.find_binary("llama-server"), opts.target, opts.drafter, cfg, opts.flags,
-                       process.free_port())
+    recipe = opts.recipe or recipes.load()
+    argv = bench_configs.argv(recipe, cfg, bench_configs.Models(opts.target, opts.drafter),
+                              build.find_binary("llama-server"), process.free_port(), opts.overrides)
     console.step(f"{cfg.label}: {shlex.join(argv)}")
     with gpu.MemorySampler() as mem:
-        with LocalServer(argv, opts.out_dir / f"server-{cfg.name}.log", opts.load_timeout) as server:
+        with LocalServer(argv, opts.out_dir / f"server-{cfg.name}.log", opts.load_timeout,
+                         recipe_flags=list(recipe.server_flags)) as server:
             samples = _run_requests(server.url, cfg.name, suites, opts)
     return ConfigRun(cfg, argv, mem.peak, mem.baseline, samples)
 
@@ -380,7 +265,8 @@ def _run_external(suites: dict[str, list[Prompt]], opts: BenchOptions) -> Config
     with gpu.MemorySampler() as mem:
         samples = _run_requests(url, "external", suites, opts)
     spec = spec or any(s.drafted for s in samples)
-    return ConfigRun(ServerConfig("external", bool(spec)), None, mem.peak, mem.baseline, samples)
+    return ConfigRun(ServerConfig("external", "DFlash" if spec else "AR", bool(spec)), None, mem.peak, mem.baseline,
+                     samples)
 
 
 @dataclass
@@ -401,7 +287,7 @@ class BenchResult:
             "options": self.options, "prompt_sources": self.prompt_sources,
             "prompts": [asdict(p) for p in self.prompts], "limits": self.limits,
             "commands": {r.config.name: r.command for r in self.runs if r.command},
-            "configs": [{**asdict(r.config), "label": r.config.label, "peak_gpu_mib": r.peak_gpu_mib,
+            "configs": [{**r.config.to_json(), "argv": r.command, "peak_gpu_mib": r.peak_gpu_mib,
                          "baseline_gpu_mib": r.baseline_gpu_mib} for r in self.runs],
             "summary": self.rows,
             "samples": [asdict(s) for r in self.runs for s in r.samples],
@@ -421,9 +307,8 @@ def run(opts: BenchOptions) -> BenchResult:
     if opts.url:
         runs = [_run_external(suites, opts)]
     else:
-        tree = tree_configs(opts.tree_budgets, opts.flags.draft_max)
-        runs = [_run_config(cfg, suites, opts) for cfg in configs(opts.ar, opts.synthetic_al, tree)]
-    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()}
+        runs = [_run_config(cfg, suites, opts) for cfg in opts.configs]
+    options = _options(opts)
     if not opts.url:  # the patch series' switches the servers ran with, so a results file names its variant
         options["env"] = {k: os.environ[k] for k in patches.SWITCHES if k in os.environ}
     machine = machine_info()
@@ -433,6 +318,16 @@ def run(opts: BenchOptions) -> BenchResult:
                          limits=limits(opts, machine))
     result.rows = summarize(runs)
     return result
+
+
+def _options(opts: BenchOptions) -> dict[str, Any]:
+    """The options as bench.json records them (each configuration's own are in its "configs" entry)."""
+    skip = ("recipe", "configs", "overrides")
+    out: dict[str, Any] = {f.name: getattr(opts, f.name) for f in fields(opts) if f.name not in skip}
+    out = {k: (str(v) if isinstance(v, Path) else v) for k, v in out.items()}
+    out["recipe"] = str(opts.recipe.source) if opts.recipe else None
+    out["overrides"] = opts.overrides.to_json()  # the bench command line's, applied to every server
+    return out
 
 
 # --- summary ---------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import bench, chart, figures, patches, treeprofile
+from buun_tool import bench, bench_configs, chart, figures, patches, recipes, treeprofile
 from buun_tool.cli.app import app
 from buun_tool.errors import UsageError
 from tests.bench_files import NO_MATPLOTLIB, RECORDED
@@ -67,41 +67,21 @@ class TestPrompts:
         assert body["messages"] == [{"role": "user", "content": "2+2?"}]
 
 
-class TestServerCommands:
-    def test_ar_dflash_and_synthetic(self) -> None:
-        cfgs = bench.configs(ar=True, synthetic_al=[1.0, 7.67])
-        assert [c.name for c in cfgs] == ["ar", "dflash-al1", "dflash-al7.67"]
-        flags = bench.ServerFlags(ctx=4096, draft_max=15)
-        ar = bench.server_argv(Path("/b/llama-server"), Path("t.gguf"), Path("d.gguf"), cfgs[0], flags, 9000)
-        assert ar[:3] == ["/b/llama-server", "-m", "t.gguf"] and "-md" not in ar and "--metrics" in ar
-        df = bench.server_argv(Path("/b/llama-server"), Path("t.gguf"), Path("d.gguf"), cfgs[2], flags, 9000)
-        i = df.index("--spec-type")
-        assert df[i + 1] == "draft-dflash" and df[df.index("--spec-draft-n-max") + 1] == "15"
-        assert df[df.index("--spec-synth-len") + 1] == "7.67" and df[df.index("-md") + 1] == "d.gguf"
-        assert "-bs" in ar and "-bs" in df  # both sample in the graph, as the recipe serves
-        host = bench.ServerFlags(ctx=4096, draft_max=15, backend_sampling=False)
-        on_host = bench.server_argv(Path("/b/llama-server"), Path("t.gguf"), Path("d.gguf"), cfgs[2], host, 9000)
-        assert "-bs" not in on_host
-
-    def test_al_sweep_adds_one_to_ten_after_the_lengths_given(self) -> None:
-        assert bench.synthetic_lengths([7.67, 2.0], sweep=True) == [7.67, 2.0, 1.0, *map(float, range(3, 11))]
-        assert bench.synthetic_lengths([7.67], sweep=False) == [7.67]
-        assert bench.synthetic_lengths(None, sweep=False) == []
-
-    def test_real_acceptance_when_no_length_is_forced(self) -> None:
-        assert [c.label for c in bench.configs(ar=False, synthetic_al=None)] == ["DFlash"]
-
-
 class TestTreeSweep:
     """`buun bench --tree-budget 8,16,22,32`: the chain and one server per budget, each fed the
     calibrated tree profile, with the AL the profile expects recorded beside each."""
 
-    FLAGS = bench.ServerFlags(ctx=4096, draft_max=15)
+    COMMON = bench_configs.common(ctx=4096, draft_max=15)
+    MODELS = bench_configs.Models(Path("t.gguf"), Path("d.gguf"))
+
+    def sweep(self, given: str, common: bench_configs.Overrides = COMMON) -> list[int]:
+        cfgs = bench_configs.tree_configs(bench_configs.tree_budgets(given), recipes.load(), common)
+        return [c.tree_budget for c in cfgs]
 
     def test_the_budgets_start_with_the_chain_each_once(self) -> None:
-        assert bench.tree_budgets("8,16,22,32", self.FLAGS) == [0, 8, 16, 22, 32]
-        assert bench.tree_budgets(" 22, 1,0,22 ", self.FLAGS) == [0, 22]  # 1 is the chain too
-        assert bench.tree_budgets("63", self.FLAGS) == [0, 63]  # 64 tokens: the -ub 64 of every DFlash server
+        assert self.sweep("8,16,22,32") == [0, 8, 16, 22, 32]
+        assert self.sweep(" 22, 1,0,22 ") == [0, 22]  # 1 is the chain too
+        assert self.sweep("63") == [0, 63]  # 64 tokens: the recipe's -ub 64
 
     @pytest.mark.parametrize("given, message", [
         ("8,-1", "--tree-budget '8,-1': expected a comma-separated list of draft-node budgets"),
@@ -110,14 +90,14 @@ class TestTreeSweep:
     ])
     def test_a_budget_that_cannot_be_swept(self, given: str, message: str) -> None:
         with pytest.raises(UsageError, match=re.escape(message)) as info:
-            bench.tree_budgets(given, self.FLAGS)
+            self.sweep(given)
         assert info.value.hint
-        wide = bench.ServerFlags(draft_max=15, extra=("-ub", "128", "-b", "256"))  # the servers' own -ub counts
-        assert bench.tree_budgets("64", wide) == [0, 64]
+        wide = bench_configs.common(draft_max=15, server_args=["-ub", "128", "-b", "256"])  # the servers' own -ub
+        assert self.sweep("64", wide) == [0, 64]
 
     def test_each_budget_is_served_with_the_profile(self) -> None:
-        tree = bench.tree_configs([0, 8, 22], 15)
-        cfgs = bench.configs(ar=True, synthetic_al=[7.67], tree=tree)
+        tree = bench_configs.tree_configs([0, 8, 22], recipes.load(), self.COMMON)
+        cfgs = bench_configs.configs(ar=True, synthetic_al=[7.67], trees=tree)
         assert [c.name for c in cfgs] == ["ar", "dflash-al7.67", "dflash-tree0", "dflash-tree8", "dflash-tree22"]
         assert [c.label for c in tree] == ["DFlash chain (synthetic tree)", "DFlash tree 8 (synthetic tree)",
                                            "DFlash tree 22 (synthetic tree)"]
@@ -126,18 +106,21 @@ class TestTreeSweep:
                                                  treeprofile.DEFAULT.tree_al(22)]
         assert [tree[0].expected_al, tree[2].expected_al] == pytest.approx([7.67, 8.31], abs=2e-3)
         for cfg in tree:
-            argv = bench.server_argv(Path("/b/llama-server"), Path("t.gguf"), Path("d.gguf"), cfg, self.FLAGS, 9000)
-            assert argv[argv.index("--spec-tree-budget") + 1] == str(cfg.tree_budget)
+            argv = bench_configs.argv(recipes.load(), cfg, self.MODELS, Path("/b/llama-server"), 9000, self.COMMON)
+            # the chain is llama-server's default: no budget flag (spec.with_tree), the profile all the same
+            budget = argv[argv.index("--spec-tree-budget") + 1] if "--spec-tree-budget" in argv else "0"
+            assert budget == str(cfg.tree_budget)
             assert argv[argv.index("--spec-tree-k") + 1] == "8" and "--spec-synth-len" not in argv
             u, easy, hard = treeprofile.parse_synth_tree(argv[argv.index("--spec-synth-tree") + 1])
             assert (u, [easy, hard]) == (treeprofile.DEFAULT.u, list(treeprofile.DEFAULT.rows()))
-            assert argv[argv.index("--spec-draft-n-max") + 1] == "15" and argv[argv.index("-ub") + 1] == "64"
-        ar = bench.server_argv(Path("/b/llama-server"), Path("t.gguf"), None, cfgs[0], self.FLAGS, 9000)
+            assert argv[argv.index("--draft-max") + 1] == "15" and argv[argv.index("-ub") + 1] == "64"
+        ar = bench_configs.argv(recipes.load(), cfgs[0], self.MODELS, Path("/b/llama-server"), 9000, self.COMMON)
         assert not any(a.startswith("--spec-tree") or a == "--spec-synth-tree" for a in ar)
 
     def test_another_draft_length_has_no_expected_al(self) -> None:
         """The profile's expectation is over treeprofile.DEPTH (15) draft positions."""
-        assert [c.expected_al for c in bench.tree_configs([0, 22], 8)] == [None, None]
+        cfgs = bench_configs.tree_configs([0, 22], recipes.load(), bench_configs.common(draft_max=8))
+        assert [c.expected_al for c in cfgs] == [None, None]
 
     def test_a_running_server_cannot_be_swept(self) -> None:
         res = CliRunner().invoke(app, ["bench", "--url", "http://127.0.0.1:9", "--tree-budget", "8"])
@@ -154,9 +137,9 @@ def _sample(cfg: str, suite: str, tokens: int, ms: float, accepted: int = 0, ste
 
 class TestSummary:
     def test_rates_acceptance_and_speedup(self) -> None:
-        runs = [bench.ConfigRun(bench.ServerConfig("ar", False), [], None, None,
+        runs = [bench.ConfigRun(bench_configs.AR, [], None, None,
                                 [_sample("ar", "code", 100, 2000.0), _sample("ar", "code", 100, 2000.0)]),
-                bench.ConfigRun(bench.ServerConfig("dflash-al3", True, 3.0), [], 1234, 10, [
+                bench.ConfigRun(bench_configs.synthetic(3.0), [], 1234, 10, [
                     _sample("dflash-al3", "code", 100, 1000.0, accepted=60, steps=30),
                     _sample("dflash-al3", "code", 100, 1000.0, accepted=40, steps=20)])]
         ar, df = bench.summarize(runs)
@@ -224,6 +207,14 @@ class TestEndToEnd:
         assert all(s["decode_tokens"] == 8 for s in data["samples"])
         assert "--spec-synth-len" in data["commands"]["dflash-al3"] and data["llama_cpp"]["pin"]
         assert "-nr" in data["commands"]["ar"]  # --server-args reach every server
+        # the recipe's flags, as `buun serve` runs them: its draft size and draft context; AR without the drafter
+        df_argv = data["commands"]["dflash-al3"]
+        assert df_argv[df_argv.index("--draft-max") + 1] == "16" and df_argv[df_argv.index("-cd") + 1] == "256"
+        assert "-md" not in data["commands"]["ar"] and "-cd" not in data["commands"]["ar"]
+        configs = {c["name"]: c for c in data["configs"]}
+        assert configs["dflash-al3"]["argv"] == df_argv
+        assert configs["dflash-al3"]["overrides"]["set"] == [["--spec-synth-len", "3"]]
+        assert data["options"]["overrides"]["set"] == [["-c", "1024"], ["-nr", None]]
         assert data["machine"]["cpu"] and data["prompt_sources"]["math"].endswith("math.jsonl")
         assert data["options"]["env"] == {"LLAMA_RS_ROLLBACK": "snapshot"}
         assert _png_pixels((tmp_path / "bench.png").read_bytes()).shape[2] == 3
@@ -248,12 +239,13 @@ class TestEndToEnd:
         assert res.exit_code == 0, res.output
         data = json.loads((tmp_path / "bench.json").read_text())
         configs = {c["name"]: c for c in data["configs"]}
-        assert list(configs) == ["dflash-tree0", "dflash-tree4"] and data["options"]["tree_budgets"] == [0, 4]
+        assert list(configs) == ["dflash-tree0", "dflash-tree4"]
         for name, budget in (("dflash-tree0", 0), ("dflash-tree4", 4)):
             assert configs[name]["tree_budget"] == budget
             assert configs[name]["expected_al"] == pytest.approx(treeprofile.DEFAULT.served_al(budget))
             argv = data["commands"][name]
-            assert argv[argv.index("--spec-tree-budget") + 1] == str(budget)
+            assert configs[name]["argv"] == argv and ("--spec-tree-budget" in argv) == (budget > 1)  # 0: the default
+            assert budget == 0 or argv[argv.index("--spec-tree-budget") + 1] == str(budget)
             assert treeprofile.parse_synth_tree(argv[argv.index("--spec-synth-tree") + 1])[1:] == \
                 treeprofile.DEFAULT.rows()
         rows = {r["config"]: r for r in data["summary"]}

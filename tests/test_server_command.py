@@ -176,16 +176,6 @@ def test_default_models_says_what_to_run() -> None:
 
 # --- through the CLI ------------------------------------------------------------------------
 
-@pytest.fixture
-def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """--print-cmd needs only a binary path; it never runs it."""
-    d = tmp_path / "bin"
-    d.mkdir()
-    (d / "llama-server").write_text("#!/bin/sh\nexit 1\n")
-    monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(d))
-    return d
-
-
 def flat(text: str) -> str:
     """Output with rich's line wrapping undone."""
     return " ".join(text.split())
