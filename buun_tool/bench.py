@@ -243,12 +243,25 @@ def _sample(cfg: str, p: Prompt, mode: str, repeat: int, t: dict[str, Any], ttft
                   steps=delta.get("steps"), accepted_per_pos=delta.get("accepted_per_pos", []))
 
 
-def _run_config(cfg: ServerConfig, suites: dict[str, list[Prompt]], opts: BenchOptions) -> ConfigRun:
+# Where each build's llama-server is: buun's (`buun build`) and the unpatched pin's (`buun build --upstream`).
+SERVER_BINARY = {"buun": lambda: build.find_binary("llama-server"),
+                 "upstream": lambda: build.find_upstream_binary("llama-server")}
+
+
+def _binaries(cfgs: list[ServerConfig]) -> dict[str, Path]:
+    """The llama-server of every build the configurations run on, found before any server runs."""
+    unknown = sorted({c.build for c in cfgs} - set(SERVER_BINARY))
+    if unknown:
+        raise UsageError(f"unknown build {unknown[0]!r} in a bench configuration", f"valid: {', '.join(SERVER_BINARY)}")
+    return {b: SERVER_BINARY[b]() for b in dict.fromkeys(c.build for c in cfgs)}
+
+
+def _run_config(cfg: ServerConfig, binary: Path, suites: dict[str, list[Prompt]], opts: BenchOptions) -> ConfigRun:
     if opts.target is None:
         raise UsageError("no target model to benchmark", "pass --target, or use the synthetic pair")
     recipe = opts.recipe or recipes.load()
-    argv = bench_configs.argv(recipe, cfg, bench_configs.Models(opts.target, opts.drafter),
-                              build.find_binary("llama-server"), process.free_port(), opts.overrides)
+    argv = bench_configs.argv(recipe, cfg, bench_configs.Models(opts.target, opts.drafter), binary,
+                              process.free_port(), opts.overrides)
     console.step(f"{cfg.label}: {shlex.join(argv)}")
     with gpu.MemorySampler() as mem:
         with LocalServer(argv, opts.out_dir / f"server-{cfg.name}.log", opts.load_timeout,
@@ -307,12 +320,14 @@ def run(opts: BenchOptions) -> BenchResult:
     if opts.url:
         runs = [_run_external(suites, opts)]
     else:
-        runs = [_run_config(cfg, suites, opts) for cfg in opts.configs]
+        binaries = _binaries(opts.configs)
+        runs = [_run_config(cfg, binaries[cfg.build], suites, opts) for cfg in opts.configs]
     options = _options(opts)
     if not opts.url:  # the patch series' switches the servers ran with, so a results file names its variant
         options["env"] = {k: os.environ[k] for k in patches.SWITCHES if k in os.environ}
     machine = machine_info()
-    result = BenchResult(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), machine, llama_cpp_info(),
+    upstream = any(cfg.build == "upstream" for cfg in opts.configs) and not opts.url
+    result = BenchResult(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), machine, llama_cpp_info(upstream),
                          options, {s: src for s, (_, src) in loaded.items()}, runs,
                          prompts=[p for prompts in suites.values() for p in prompts],
                          limits=limits(opts, machine))
@@ -354,22 +369,28 @@ def _row(run: ConfigRun, suite: str, mode: str, samples: list[Sample]) -> dict[s
         "step_ms": sum(s.decode_ms for s in samples) / steps if steps else None,
         "accept_rate": _ratio(accepted, sum(s.drafted for s in samples)),
         "accept_per_pos": [p / steps for p in per_pos] if steps else [],
-        "peak_gpu_mib": run.peak_gpu_mib, "speedup": None,
+        "peak_gpu_mib": run.peak_gpu_mib, "build": run.config.build, "speedup": None, "vs_upstream": None,
     }
 
 
 def summarize(runs: list[ConfigRun]) -> list[dict[str, Any]]:
-    """One row per (configuration, suite, mode), with the speedup over AR on the same prompts."""
+    """One row per (configuration, suite, mode), with the speedup over the AR of the same build on
+    the same prompts and, for a configuration run on both builds, buun's tok/s over upstream's."""
     rows = []
     for r in runs:
         keys = dict.fromkeys((s.suite, s.mode) for s in r.samples)
         for suite, mode in keys:
             rows.append(_row(r, suite, mode, [s for s in r.samples if (s.suite, s.mode) == (suite, mode)]))
-    ar = {(row["suite"], row["mode"]): row["decode_tps"] for row in rows if row["config"] == "ar"}
+    ar_names = {r.config.name for r in runs if r.config.name in ("ar", bench_configs.upstream_name("ar"))}
+    ar = {(row["build"], row["suite"], row["mode"]): row["decode_tps"] for row in rows if row["config"] in ar_names}
+    tps = {(row["config"], row["suite"], row["mode"]): row["decode_tps"] for row in rows}
     for row in rows:
-        base = ar.get((row["suite"], row["mode"]))
-        if row["config"] != "ar" and base and row["decode_tps"]:
+        base = ar.get((row["build"], row["suite"], row["mode"]))
+        if row["config"] not in ar_names and base and row["decode_tps"]:
             row["speedup"] = row["decode_tps"] / base
+        twin = tps.get((bench_configs.upstream_name(row["config"]), row["suite"], row["mode"]))
+        if row["build"] == "buun" and twin and row["decode_tps"]:
+            row["vs_upstream"] = row["decode_tps"] / twin
     return rows
 
 
@@ -431,8 +452,13 @@ def limits(opts: BenchOptions, machine: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def llama_cpp_info() -> dict[str, Any]:
+def llama_cpp_info(upstream: bool = False) -> dict[str, Any]:
+    """The pin, buun's build (its stamp and version) and, with `upstream`, the upstream build's stamp."""
     info: dict[str, Any] = {}
+    if upstream:
+        up_dir = build.upstream_bin_dir().parent
+        info["upstream_bin_dir"] = str(up_dir / "bin")
+        info["upstream_build"] = build.read_stamp(up_dir.name)
     try:
         info["pin"] = vendor.load_pin().commit
     except BuunError as exc:
@@ -518,15 +544,21 @@ def table(result: BenchResult) -> Any:
     from rich.table import Table
 
     t = Table(title="buun bench", header_style="bold", box=None)
+    against = any(r.get("vs_upstream") for r in result.rows)
     for col in ("config", "suite", "mode", "n", "decode tok/s", "prompt tok/s", "TTFT ms", "drafted",
-                "accepted", "AL", "accept", "speedup", "peak GPU MiB"):
+                "accepted", "AL", "accept", "speedup", *(("vs upstream",) if against else ()), "peak GPU MiB"):
         t.add_column(col, justify="left" if col in ("config", "suite", "mode") else "right")
     for r in result.rows:
+        ratio = (_times(r.get("vs_upstream")),) if against else ()
         t.add_row(r["label"], r["suite"], r["mode"], str(r["requests"]), _fmt(r["decode_tps"], ".1f"),
                   _fmt(r["prompt_tps"], ".1f"), _fmt(r["ttft_ms"], ".0f"), str(r["drafted"]), str(r["accepted"]),
-                  _fmt(r["mean_al"], ".2f"), _fmt(r["accept_rate"], ".0%"),
-                  _fmt(r["speedup"], ".2f") + ("x" if r["speedup"] else ""), _fmt(r["peak_gpu_mib"], "d"))
+                  _fmt(r["mean_al"], ".2f"), _fmt(r["accept_rate"], ".0%"), _times(r["speedup"]), *ratio,
+                  _fmt(r["peak_gpu_mib"], "d"))
     return t
+
+
+def _times(v: float | None) -> str:
+    return _fmt(v, ".2f") + ("x" if v else "")
 
 
 def per_position(result: BenchResult) -> list[str]:

@@ -5,6 +5,7 @@ server.command.server_argv).
 
     configs(ar=True, synthetic_al=[1.0, 7.67])   -> [ar, dflash-al1, dflash-al7.67]
     tree_configs([0, 8], recipe, common)         -> [dflash-tree0, dflash-tree8]   (--tree-budget)
+    against_upstream(configs)                    -> each, then its twin on upstream's build (none for a tree)
     argv(recipe, cfg, Models(...), binary, port, common) -> the exact llama-server command
 
 A configuration is a name, a label, whether it runs the drafter, and its Overrides; a sweep adds
@@ -16,7 +17,7 @@ configuration's own, then the build's (UPSTREAM for unpatched llama.cpp).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,7 @@ UPSTREAM = Overrides(
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """One server of a bench run: `name` keys its rows ("ar", "dflash", "dflash-al7.67")."""
+    """One server of a bench run: `name` keys its rows ("ar", "dflash", "dflash-al7.67", "dflash-tree22")."""
 
     name: str
     label: str
@@ -91,10 +92,12 @@ class ServerConfig:
     synthetic_al: float | None = None  # forced mean acceptance length (--spec-synth-len)
     tree_budget: int | None = None  # a --tree-budget sweep's point (0: the chain), under the tree profile
     expected_al: float | None = None  # the profile's expected AL at that budget (treeprofile)
+    build: str = "buun"  # whose llama-server runs it: buun's build, or "upstream" (`buun build --upstream`)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "label": self.label, "spec": self.spec, "synthetic_al": self.synthetic_al,
-                "tree_budget": self.tree_budget, "expected_al": self.expected_al, "overrides": self.overrides.to_json()}
+                "tree_budget": self.tree_budget, "expected_al": self.expected_al,
+                "overrides": self.overrides.to_json(), "build": self.build}
 
 
 AR = ServerConfig("ar", "AR", False, Overrides(drop=DRAFT_OPTIONS))
@@ -156,6 +159,30 @@ def configs(ar: bool, synthetic_al: list[float] | None, trees: Sequence[ServerCo
     return out if synthetic_al or trees else [*out, DFLASH]
 
 
+def upstream_name(name: str) -> str:
+    """The name of a configuration's twin on upstream's build."""
+    return f"{name}-upstream"
+
+
+def on_upstream(cfg: ServerConfig) -> ServerConfig:
+    """The same configuration on the unpatched pin: its overrides, then the upstream set."""
+    return replace(cfg, name=upstream_name(cfg.name), label=f"{cfg.label}, upstream",
+                   overrides=cfg.overrides.then(UPSTREAM), build="upstream")
+
+
+def against_upstream(cfgs: Sequence[ServerConfig]) -> list[ServerConfig]:
+    """Each configuration on buun's build, then its twin on upstream's: interleaved, so that a
+    drift of the machine over the run (clocks, heat) touches both builds alike. A tree sweep's
+    configuration has no twin (`without_twin`)."""
+    alone = without_twin(cfgs)
+    return [c for cfg in cfgs for c in (cfg, *([] if cfg in alone else [on_upstream(cfg)]))]
+
+
+def without_twin(cfgs: Sequence[ServerConfig]) -> list[ServerConfig]:
+    """The configurations upstream's build cannot run: the tree sweep's (upstream has no tree verification)."""
+    return [c for c in cfgs if c.tree_budget is not None]
+
+
 def common(ctx: int = DEFAULT_CTX, draft_max: int | None = None, host_sampling: bool = False,
            server_args: Sequence[str] = ()) -> Overrides:
     """The bench command line's changes, for every configuration."""
@@ -180,8 +207,10 @@ def argv(recipe: recipes.Recipe, cfg: ServerConfig, models: Models, binary: Path
     resolved = flags(recipe, cfg, overrides)
     if cfg.spec and models.drafter is None:
         raise UsageError(f"the {cfg.label} configuration needs a drafter GGUF", "pass --drafter D.gguf")
-    return command.server_argv(str(binary), str(models.target), str(models.drafter) if cfg.spec else None,
-                               spec.DEFAULT_HOST, port, resolved.flags, alias=recipe.name)
+    target, drafter = (str(Path(m).expanduser().resolve()) if m else None for m in (models.target, models.drafter))
+    assert target is not None
+    return command.server_argv(str(binary), target, drafter if cfg.spec else None, spec.DEFAULT_HOST, port,
+                               resolved.flags, alias=recipe.name)
 
 
 def flags(recipe: recipes.Recipe, cfg: ServerConfig, overrides: Overrides) -> spec.Flags:

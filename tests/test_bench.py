@@ -150,6 +150,20 @@ class TestSummary:
         assert df["prompt_tps"] == pytest.approx(2000.0) and df["peak_gpu_mib"] == 1234
         assert df["step_ms"] == pytest.approx(2000.0 / 50) and ar["step_ms"] is None  # decode ms per verify step
 
+    def test_against_upstream_each_build_has_its_ar_and_buun_its_ratio(self) -> None:
+        ar, df = bench_configs.configs(ar=True, synthetic_al=[3.0])
+        up_ar, up_df = bench_configs.on_upstream(ar), bench_configs.on_upstream(df)
+        runs = [bench.ConfigRun(ar, [], None, None, [_sample("ar", "code", 100, 2000.0)]),
+                bench.ConfigRun(up_ar, [], None, None, [_sample(up_ar.name, "code", 100, 2500.0)]),
+                bench.ConfigRun(df, [], None, None, [_sample(df.name, "code", 100, 500.0, accepted=4, steps=2)]),
+                bench.ConfigRun(up_df, [], None, None, [_sample(up_df.name, "code", 100, 1000.0, accepted=4, steps=2)])]
+        rows = {r["config"]: r for r in bench.summarize(runs)}
+        assert rows["dflash-al3"]["speedup"] == pytest.approx(4.0)  # over buun's AR
+        assert rows["dflash-al3-upstream"]["speedup"] == pytest.approx(2.5)  # over upstream's AR
+        assert rows["dflash-al3"]["vs_upstream"] == pytest.approx(2.0)  # buun's tok/s over upstream's
+        assert rows["ar"]["vs_upstream"] == pytest.approx(1.25)
+        assert rows["dflash-al3-upstream"]["vs_upstream"] is None and rows["ar-upstream"]["build"] == "upstream"
+
 
 class TestChart:
     def test_bars_legend_and_file(self, tmp_path: Path) -> None:
@@ -180,6 +194,19 @@ class TestChart:
                 "except NotReadyError as exc:\n    print(exc.hint)\n")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0 and "pip install -e '.[bench]'" in out.stdout, out.stderr
+
+
+class TestAgainstUpstream:
+    def test_without_the_upstream_build_it_says_what_to_build(self, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("BUUN_BUILD_DIR", str(tmp_path / "builds"))
+        res = CliRunner().invoke(app, ["bench", "--against", "upstream", "--out", str(tmp_path)])
+        assert res.exit_code == 3 and "buun build --upstream" in " ".join(res.output.split())
+        assert not (tmp_path / "bench.json").exists()
+
+    def test_not_with_a_running_server(self) -> None:
+        res = CliRunner().invoke(app, ["bench", "--against", "upstream", "--url", "http://127.0.0.1:1"])
+        assert res.exit_code == 2 and "--url measures one running server" in " ".join(res.output.split())
 
 
 @pytest.mark.slow
@@ -259,6 +286,39 @@ class TestEndToEnd:
         assert 'id="chart-tree"' in html and table.count("<tr>") == 3  # the header and a row per budget
         for argv in data["commands"].values():  # every server is gone
             assert _port_closed(int(argv[argv.index("--port") + 1]))
+
+    def test_against_upstream_gives_both_rows_each_with_its_argv(
+            self, upstream_build_dir: Path, tiny_pair: tuple[Path, Path], tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch) -> None:
+        """Issue 26's check: `--against upstream` on the CPU build with the tiny pair, one run."""
+        monkeypatch.setenv("BUUN_BUILD_DIR", str(upstream_build_dir))
+        target, drafter = tiny_pair
+        res = CliRunner().invoke(app, [
+            "bench", "--target", str(target), "--drafter", str(drafter), "--synthetic-al", "3", "--suite", "math",
+            "--mode", "raw", "--prompts", "1", "--n-predict", "8", "--ctx", "1024", "--server-args=-nr",
+            "--against", "upstream", "--report", "--out", str(tmp_path)])
+        assert res.exit_code == 0, res.output
+        data = json.loads((tmp_path / "bench.json").read_text())
+        configs = {c["name"]: c for c in data["configs"]}
+        assert list(configs) == ["ar", "ar-upstream", "dflash-al3", "dflash-al3-upstream"]
+        binaries = {"buun": upstream_build_dir / "cpu" / "bin" / "llama-server",
+                    "upstream": upstream_build_dir / "upstream-cpu" / "bin" / "llama-server"}
+        for name, c in configs.items():
+            assert c["argv"] == data["commands"][name] and c["argv"][0] == str(binaries[c["build"]])
+        ours, theirs = configs["dflash-al3"]["argv"], configs["dflash-al3-upstream"]["argv"]
+        assert ours[ours.index("--spec-type") + 1] == "dflash" and ours[ours.index("-cd") + 1] == "256"
+        assert theirs[theirs.index("--spec-type") + 1] == "draft-dflash" and "-cd" not in theirs
+        assert theirs[theirs.index("--spec-draft-n-max") + 1] == "16" and "--spec-synth-len" in theirs
+        rows = {r["config"]: r for r in data["summary"]}
+        for name in configs:
+            assert rows[name]["decode_tps"] > 0 and rows[name]["build"] == configs[name]["build"]
+        assert rows["dflash-al3-upstream"]["steps"] > 0 and rows["dflash-al3-upstream"]["speedup"] > 0
+        assert rows["dflash-al3"]["vs_upstream"] == pytest.approx(
+            rows["dflash-al3"]["decode_tps"] / rows["dflash-al3-upstream"]["decode_tps"])
+        assert data["llama_cpp"]["upstream_build"]["upstream"] is True and "vs upstream" in res.output
+        html = (tmp_path / "report.html").read_text()
+        assert "DFlash AL 3 (synthetic), upstream" in html and "draft-dflash" in html and "buun / upstream" in html
+        assert 'id="upstream-build-stamp"' in html
 
     def test_without_matplotlib_the_json_is_written_and_the_chart_explained(
             self, tiny_pair: tuple[Path, Path], llama_bin: Path, tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ class TestConfigs:
         data = bench_configs.synthetic(3.0).to_json()
         assert data == {"name": "dflash-al3", "label": "DFlash AL 3 (synthetic)", "spec": True, "synthetic_al": 3.0,
                         "tree_budget": None, "expected_al": None,
-                        "overrides": {"set": [["--spec-synth-len", "3"]], "drop": [], "respell": []}}
+                        "overrides": {"set": [["--spec-synth-len", "3"]], "drop": [], "respell": []}, "build": "buun"}
 
 
 class TestOverrides:
@@ -81,6 +81,24 @@ class TestArgv:
         got = _argv(bench_configs.synthetic(2.0), bench_configs.common(ctx=1024).then(UPSTREAM), fake_bin)
         assert got == _serve("--port", "9000", "--drop", "-cd", "--", "-c", "1024", "--spec-synth-len", "2",
                              "--spec-type", "draft-dflash", "--spec-draft-n-max", "16", "--spec-draft-n-min", "1")
+
+    def test_a_twin_on_upstream_is_its_configuration_then_the_upstream_set(self, fake_bin: Path) -> None:
+        cfgs = bench_configs.against_upstream(bench_configs.configs(ar=True, synthetic_al=[2.0]))
+        assert [(c.name, c.build) for c in cfgs] == [("ar", "buun"), ("ar-upstream", "upstream"),
+                                                     ("dflash-al2", "buun"), ("dflash-al2-upstream", "upstream")]
+        twin = cfgs[3]
+        assert twin.label == "DFlash AL 2 (synthetic), upstream" and twin.synthetic_al == 2.0 and twin.spec
+        common = bench_configs.common(ctx=1024)
+        assert _argv(twin, common, fake_bin) == _argv(bench_configs.synthetic(2.0), common.then(UPSTREAM), fake_bin)
+        assert "-md" not in _argv(cfgs[1], common, fake_bin)
+
+    def test_a_tree_sweeps_configuration_has_no_upstream_twin(self) -> None:
+        """Upstream has no tree verification (patch 0029): the sweep runs on buun's build only."""
+        trees = bench_configs.tree_configs([0, 8], recipes.load(), bench_configs.common())
+        cfgs = bench_configs.configs(ar=True, synthetic_al=None, trees=trees)
+        assert bench_configs.without_twin(cfgs) == trees
+        assert [c.name for c in bench_configs.against_upstream(cfgs)] == ["ar", "ar-upstream", "dflash-tree0",
+                                                                          "dflash-tree8"]
 
     def test_ar_has_no_drafter_and_no_draft_flag(self, fake_bin: Path) -> None:
         got = _argv(AR, bench_configs.common(ctx=1024, draft_max=8), fake_bin)

@@ -8,6 +8,8 @@
                [--target T.gguf --drafter D.gguf | --url URL] [--report] [--bandwidth-gbs N]
                                     AR vs DFlash llama-servers: tok/s, TTFT, acceptance; JSON (+ PNG with matplotlib,
                                     + one self-contained HTML report with --report)
+    buun bench --against upstream [...]  every configuration on buun's build and on unpatched llama.cpp
+                                    (`buun build --upstream`), side by side with buun's tok/s over upstream's
     buun bench --report-from bench.json [--out DIR] [--bandwidth-gbs N]
                                     the HTML report of a recorded run (no server started)
     buun bench --compare A.json B.json [--out DIR] [--json]
@@ -40,6 +42,7 @@ ScaleOpt = Annotated[str | None, typer.Option(
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 # --rollback's values; typer refuses any other by name (the environment's is checked by patches)
 Rollback = Enum("Rollback", {name: name for name in patches.ROLLBACKS}, type=str)
+Against = Enum("Against", {"upstream": "upstream"}, type=str)  # bench --against: the builds beside buun's
 
 
 def _synth_dir() -> Path:
@@ -141,6 +144,10 @@ def bench_cmd(
         "chain (0), each with the calibrated synthetic tree profile (--spec-synth-tree; needs patch 0029): the "
         "report's tok/s and AL against the budget.", show_default=False)] = None,
     no_ar: Annotated[bool, typer.Option("--no-ar", help="Skip the autoregressive baseline.")] = False,
+    against: Annotated[Against | None, typer.Option(
+        "--against", help="Also run every configuration on unpatched llama.cpp (`buun build --upstream` builds "
+        "it), in its spellings and without -cd: both rows, and buun's tok/s over upstream's.",
+        show_default=False)] = None,
     ctx: Annotated[int, typer.Option("--ctx", help="llama-server -c of every server (bench pins it; the recipe's "
                                      "`fit` depends on the card).")] = bench_configs.DEFAULT_CTX,
     draft_max: Annotated[int | None, typer.Option("--draft-max", help="Replaces the recipe's --draft-max.",
@@ -180,6 +187,11 @@ def bench_cmd(
         return _report_from(report_from, out, bandwidth_gbs)
     if compare_:
         return _compare(*compare_, out, json_out)
+    if against and url:
+        raise UsageError("--against runs its own servers on both builds; --url measures one running server",
+                         "leave out one of them")
+    if against:
+        build.find_upstream_binary("llama-server")  # before the models are made: say what to build first
     synthetic_al = bench_configs.synthetic_lengths(synthetic_al, al_sweep) or None
     if tree_budget is not None and url:
         raise UsageError("--tree-budget sweeps servers buun starts itself; --url measures one running server",
@@ -188,6 +200,11 @@ def bench_cmd(
     r = recipes.load(recipe)
     overrides = bench_configs.common(ctx, draft_max, host_sampling, shlex.split(server_args))
     trees = bench_configs.tree_configs(budgets, r, overrides)  # a tree that cannot be served: before the models
+    cfgs = bench_configs.configs(not no_ar, synthetic_al, trees)
+    alone = bench_configs.without_twin(cfgs) if against else []
+    if alone:
+        console.warn(f"--against upstream: {', '.join(c.name for c in alone)} run on buun's build only "
+                     "(upstream llama.cpp has no tree verification)")
     t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = out or paths.bench_dir() / stamp
@@ -195,7 +212,7 @@ def bench_cmd(
     opts = bench.BenchOptions(
         target=t, drafter=d, url=url, suites=_csv(suite, bench.SUITES, "--suite"),
         modes=_csv(mode, bench.MODES, "--mode"), prompts=prompts or None, n_predict=n_predict, repeats=repeats,
-        recipe=r, configs=bench_configs.configs(not no_ar, synthetic_al, trees), overrides=overrides,
+        recipe=r, configs=bench_configs.against_upstream(cfgs) if against else cfgs, overrides=overrides,
         out_dir=out_dir, load_timeout=load_timeout, models_note=note + (", acceptance forced" if forced else ""),
         bandwidth_gbs=bandwidth_gbs)
     if report_:
