@@ -38,6 +38,18 @@ def _labels(data: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(row["label"] for row in data["summary"]))
 
 
+def build_of(row: dict[str, Any]) -> str:
+    """Whose llama-server a row ran on: "buun", or "upstream" (`--against upstream`; runs before it: buun)."""
+    return row.get("build") or "buun"
+
+
+def ar_tps(data: dict[str, Any], row: dict[str, Any]) -> float | None:
+    """The AR decode tok/s of the row's build on the row's suite and mode; None without one."""
+    ar = {c["name"] for c in data["configs"] if not c["spec"]}
+    return next((r["decode_tps"] for r in data["summary"] if r["config"] in ar and build_of(r) == build_of(row)
+                 and (r["suite"], r["mode"]) == (row["suite"], row["mode"]) and r["decode_tps"]), None)
+
+
 def decode_speed(data: dict[str, Any]) -> Figure:
     labels, groups = _labels(data), _groups(data)
     by_key = {(row["label"], row["suite"], row["mode"]): row for row in data["summary"]}
@@ -106,16 +118,21 @@ def al_sweep(data: dict[str, Any], b: Bound | None) -> Figure | None:
     if not synthetic:
         return None
     lines = []
-    for i, (suite, mode) in enumerate(_groups(data)):
-        rows = _sweep_rows(data, synthetic, (suite, mode))
+    builds = list(dict.fromkeys(build_of(r) for r in data["summary"]))
+    for i, (build, (suite, mode)) in enumerate((b, g) for b in builds for g in _groups(data)):
+        rows = sorted((r for r in data["summary"] if r["config"] in synthetic and build_of(r) == build
+                       and (r["suite"], r["mode"]) == (suite, mode) and r["decode_tps"]),
+                      key=lambda r: synthetic[r["config"]])
+        if not rows:
+            continue
         # x is the AL the server measured (the forced one when /metrics gave none)
         xs = [r["mean_al"] if r["mean_al"] else synthetic[r["config"]] for r in rows]
         color = chart.PALETTE[(2 * i + 1) % len(chart.PALETTE)]
-        lines.append(chart.Line(f"DFlash {suite} {mode}", xs, [r["decode_tps"] for r in rows], color=color))
-        ar = next((r["decode_tps"] for r in data["summary"] if r["config"] == "ar" and
-                   (r["suite"], r["mode"]) == (suite, mode) and r["decode_tps"]), None)
+        name = f"{suite} {mode}" + ("" if build == "buun" else f", {build}")
+        lines.append(chart.Line(f"DFlash {name}", xs, [r["decode_tps"] for r in rows], color=color))
+        ar = ar_tps(data, rows[0])
         if ar:
-            lines.append(chart.Line(f"AR {suite} {mode}", list(AL_RANGE), [ar, ar], style=":", color=color))
+            lines.append(chart.Line(f"AR {name}", list(AL_RANGE), [ar, ar], style=":", color=color))
     if b is not None:
         xs = [AL_RANGE[0] + k * (AL_RANGE[1] - AL_RANGE[0]) / 18 for k in range(19)]
         lines.append(chart.Line(f"bandwidth bound ({b.bandwidth_gbs:g} GB/s)", xs, [b.tps(x) for x in xs],

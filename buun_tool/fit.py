@@ -39,6 +39,9 @@ import gguf
 
 from buun_tool import build, console, patches, synth
 from buun_tool.errors import UsageError
+from buun_tool.server import command, gpu, process
+from buun_tool.server.command import Flag
+from buun_tool.server.local import LocalServer
 
 MIB = 2**20
 GIB = 2**30
@@ -104,11 +107,10 @@ class FitFlags:
         return text + ("" if self.spec else ", AR (no drafter)")
 
 
-def _int_flag(flags: Mapping[str, Any], *names: str) -> int | None:
-    for n in names:
-        if n in flags and flags[n] is not True and str(flags[n]) != FIT:
-            return int(flags[n])
-    return None
+def _int_flag(flags: Mapping[str, Any], name: str) -> int | None:
+    """An option's number in any of its spellings (command.ALIAS_GROUPS); None when absent or `fit`."""
+    value = command.option(flags, name)
+    return None if value is None or value is True or str(value) == FIT else int(value)
 
 
 def flags_from_recipe(recipe: Any) -> FitFlags:
@@ -121,17 +123,17 @@ def flags_from_recipe(recipe: Any) -> FitFlags:
 def flags_from_server_flags(f: Mapping[str, Any]) -> FitFlags:
     """The memory-relevant settings of llama-server flags given as {name: value}."""
     base = FitFlags()
-    ctk = str(f.get("-ctk", f.get("--cache-type-k", base.cache_type_k)))
+    ctk = str(command.option(f, "-ctk", base.cache_type_k))
     return FitFlags(
-        ctx=_int_flag(f, "-c", "--ctx-size") or base.ctx,
-        n_parallel=_int_flag(f, "-np", "--parallel") or base.n_parallel,
+        ctx=_int_flag(f, "-c") or base.ctx,
+        n_parallel=_int_flag(f, "-np") or base.n_parallel,
         cache_type_k=ctk,
-        cache_type_v=str(f.get("-ctv", f.get("--cache-type-v", ctk))),
-        draft_max=_int_flag(f, "--spec-draft-n-max", "--draft-max") or base.draft_max,
-        draft_ctx=_int_flag(f, "-cd", "--ctx-size-draft"),
-        batch=_int_flag(f, "-b", "--batch-size") or base.batch,
-        ubatch=_int_flag(f, "-ub", "--ubatch-size") or base.ubatch,
-        tree_budget=_int_flag(f, *TREE_BUDGET_FLAGS) or base.tree_budget,
+        cache_type_v=str(command.option(f, "-ctv", ctk)),
+        draft_max=_int_flag(f, "--draft-max") or base.draft_max,
+        draft_ctx=_int_flag(f, "-cd"),
+        batch=_int_flag(f, "-b") or base.batch,
+        ubatch=_int_flag(f, "-ub") or base.ubatch,
+        tree_budget=_int_flag(f, command.TREE_BUDGET) or base.tree_budget,
     )
 
 
@@ -414,14 +416,14 @@ def choose_context(recipe: Any, flags: Mapping[str, Any], from_command_line: boo
     """-c from the merged llama-server flags: a number given on the command line or pinned by the
     recipe is kept; `fit` (or none) is the largest context `buun fit` finds for the GPU here, with
     the flags' KV types, draft and batch sizes; without a GPU (or with -ngl 0), FitFlags' default."""
-    given = next((flags[n] for n in ("-c", "--ctx-size") if n in flags), FIT)
+    given = command.option(flags, "-c", FIT)
     if str(given) != FIT:
         if not str(given).isdigit():
             raise UsageError(f"-c {given}: expected a number of tokens, or `fit` in a recipe")
         return ContextChoice(int(given), "set on the command line" if from_command_line
                              else f"pinned by the recipe ({Path(str(recipe.source)).name})")
     default = FitFlags().ctx
-    ngl = next((str(flags[n]) for n in ("-ngl", "--gpu-layers", "--n-gpu-layers") if n in flags), "99")
+    ngl = str(command.option(flags, "-ngl", "99"))
     if ngl == "0":
         return ContextChoice(default, "-ngl 0, nothing on a GPU: buun's default")
     gpus = build.detect_gpus() if gpus is None else gpus
@@ -534,22 +536,24 @@ def features_mib(log: str, gpu: bool) -> float | None:
     return found[-1] if found else None
 
 
-def measure_argv(binary: Path, target: Path, drafter: Path | None, f: FitFlags, port: int, cpu_only: bool) -> list[str]:
-    """llama-server with the planner's flags, verbose enough (-lv 4) to print every buffer."""
-    argv = [str(binary), "-m", str(target), "--host", "127.0.0.1", "--port", str(port), "-c", str(f.ctx),
-            "-np", str(f.n_parallel), "-ngl", "99", "-fa", "on", "-ctk", f.cache_type_k, "-ctv", f.cache_type_v,
-            "-b", str(f.batch), "-ub", str(f.ubatch), "--fit", "off", "--no-warmup", "-lv", "4", "--no-webui"]
+def measure_flags(f: FitFlags, cpu_only: bool) -> list[Flag]:
+    """llama-server flags with the planner's settings, verbose enough (-lv 4) to print every
+    buffer; upstream spellings, which the patched build knows too."""
+    flags: list[Flag] = [
+        ("-c", str(f.ctx)), ("-np", str(f.n_parallel)), ("-ngl", "99"), ("-fa", "on"), ("-ctk", f.cache_type_k),
+        ("-ctv", f.cache_type_v), ("-b", str(f.batch)), ("-ub", str(f.ubatch)), ("--fit", "off"),
+        ("--no-warmup", None), ("-lv", "4"), ("--no-webui", None)]
     if cpu_only:
         # weights in one mapped buffer (no repacked copy), and no AMX repack kernels, which fault on some VMs
-        argv.append("--no-repack")
-    if f.spec and drafter is not None:
-        argv += ["-md", str(drafter), "-ngld", "99", "--spec-type", "draft-dflash",
-                 "--spec-draft-n-max", str(f.draft_max), "-ctkd", f.draft_cache_type, "-ctvd", f.draft_cache_type]
+        flags.append(("--no-repack", None))
+    if f.spec:
+        flags += [("-ngld", "99"), ("--spec-type", "draft-dflash"), ("--spec-draft-n-max", str(f.draft_max)),
+                  ("-ctkd", f.draft_cache_type), ("-ctvd", f.draft_cache_type)]
         if f.draft_ctx:
-            argv += ["-cd", str(f.draft_ctx)]
+            flags.append(("-cd", str(f.draft_ctx)))
         if f.tree:
-            argv += ["--spec-tree-budget", str(f.tree_budget)]
-    return argv
+            flags.append((command.TREE_BUDGET, str(f.tree_budget)))
+    return flags
 
 
 def supports_flag(binary: Path, flag: str) -> bool:
@@ -564,26 +568,24 @@ def measure(recipe: Any, flags: FitFlags, models_dir: Path, log_dir: Path, scale
             load_timeout: float = 600.0) -> Measurement:
     """Load the recipe's synthetic pair in the real llama-server with these flags; read its
     buffer sizes and (with a GPU) nvidia-smi's used memory."""
-    from buun_tool import bench
-
-    gpu = bool(build.detect_gpus())
-    scale = scale or ("full" if gpu else "tiny")
+    on_gpu = bool(build.detect_gpus())
+    scale = scale or ("full" if on_gpu else "tiny")
     binary = build.find_binary("llama-server")
     if flags.spec and flags.draft_ctx and not supports_flag(binary, "-cd"):
         console.warn("this llama-server has no -cd: the drafter is measured at the target's context")
         flags = replace(flags, draft_ctx=None)
     target, drafter = synth.write_pair(recipe, models_dir, scale=scale)
-    port = bench.free_port()
-    argv = measure_argv(binary, target, drafter, flags, port, cpu_only=not gpu)
+    argv = command.server_argv(str(binary), str(target), str(drafter) if flags.spec else None, "127.0.0.1",
+                               process.free_port(), measure_flags(flags, cpu_only=not on_gpu))
     log = log_dir / f"fit-measure-{scale}.log"
-    before = bench.GpuMemorySampler.used_mib() if gpu else None
-    with bench.LocalServer(argv, log, port, load_timeout, env={patches.ROLLBACK_ENV: flags.rollback}):
-        after = bench.GpuMemorySampler.used_mib() if gpu else None
+    before = gpu.used_mib() if on_gpu else None
+    with LocalServer(argv, log, load_timeout, env={patches.ROLLBACK_ENV: flags.rollback}):
+        after = gpu.used_mib() if on_gpu else None
     text = log.read_text(errors="replace")
     sections = parse_buffers(text)
     used = after - before if after is not None and before is not None else None
-    components = _component_mib(sections, gpu)
-    captured = features_mib(text, gpu)
+    components = _component_mib(sections, on_gpu)
+    captured = features_mib(text, on_gpu)
     if captured is not None:
         components["features"] = captured
     return Measurement(flags, scale, argv, sections, used, str(log), components)

@@ -71,13 +71,15 @@ def _not_run(text: str) -> str:
 
 
 def _speed(data: dict[str, Any]) -> str:
-    ar = {(r["suite"], r["mode"]): r["decode_tps"] for r in data["summary"] if r["config"] == "ar"}
+    against = any(r.get("vs_upstream") for r in data["summary"])  # --against upstream: buun over upstream
     rows = [[_e(r["label"]), _e(r["suite"]), _e(r["mode"]), _e(r["requests"]), _num(r["decode_tps"], ".1f"),
-             _num(ar.get((r["suite"], r["mode"])), ".1f"), _num(r["speedup"], ".2f", "x"), _num(r["mean_al"], ".2f"),
+             _num(figures.ar_tps(data, r), ".1f"), _num(r["speedup"], ".2f", "x"),
+             *([_num(r.get("vs_upstream"), ".2f", "x")] if against else []), _num(r["mean_al"], ".2f"),
              _num(r.get("accept_rate"), ".0%"), _num(r.get("ttft_ms"), ".0f"), _num(r.get("prompt_tps"), ".1f"),
              _num(r["peak_gpu_mib"], "d")] for r in data["summary"]]
-    head = ["configuration", "suite", "mode", "requests", "decode tok/s", "AR tok/s", "speedup", "mean AL",
-            "accepted", "TTFT ms", "prompt tok/s", "peak GPU MiB"]
+    head = ["configuration", "suite", "mode", "requests", "decode tok/s", "AR tok/s", "speedup",
+            *(["buun / upstream"] if against else []), "mean AL", "accepted", "TTFT ms", "prompt tok/s",
+            "peak GPU MiB"]
     return _img(figures.decode_speed(data), "speed", "decode tok/s per configuration") + \
         _table("speed", head, rows, left=3)
 
@@ -164,7 +166,7 @@ def _machine(data: dict[str, Any]) -> str:
 
 def _build(data: dict[str, Any]) -> str:
     info = dict(data["llama_cpp"])
-    stamp = info.pop("build", None)
+    stamp, upstream = info.pop("build", None), info.pop("upstream_build", None)
     env = data["options"].get("env")
     out = _kv_table("build", {**info, "patch switches set (options.env)": env if env is not None else
                               "not recorded"})
@@ -172,6 +174,9 @@ def _build(data: dict[str, Any]) -> str:
         out += f'<p>Build stamp (buun-build.json):</p><pre id="build-stamp">{_e(json.dumps(stamp, indent=1))}</pre>'
     else:
         out += '<p class="note" id="build-stamp">No build stamp was recorded with this run.</p>'
+    if upstream:  # --against upstream
+        out += (f'<p>Upstream build stamp (`buun build --upstream`):</p>'
+                f'<pre id="upstream-build-stamp">{_e(json.dumps(upstream, indent=1))}</pre>')
     options = {k: v for k, v in data["options"].items() if k != "env"}
     shown = _e(json.dumps(options, indent=1, default=str))
     return out + f"<details><summary>buun bench options</summary><pre>{shown}</pre></details>"

@@ -41,14 +41,15 @@ def tree_sweep_run() -> dict[str, Any]:
     (bench's own configs, argv, summary and JSON), on RECORDED's machine, prompts and build, with
     made-up timings: each sweep point accepts what the profile expects, less 2%, and its step costs
     0.6% more per node past 16, from 18 ms; AR decodes at 80 tok/s. Every chart of the report is there."""
-    from buun_tool import bench
+    from buun_tool import bench, bench_configs, recipes
 
     rec = json.loads(RECORDED.read_text())
-    flags = bench.ServerFlags(draft_max=15)
-    tree = bench.tree_configs(bench.tree_budgets("8,16,22,32", flags), flags.draft_max)
+    recipe, common = recipes.load(), bench_configs.common(draft_max=15)
+    tree = bench_configs.tree_configs(bench_configs.tree_budgets("8,16,22,32"), recipe, common)
+    models = bench_configs.Models(Path("/m/t.gguf"), Path("/m/d.gguf"))
     runs = []
-    for i, cfg in enumerate(bench.configs(True, [1.0, 7.67], tree)):
-        argv = bench.server_argv(Path("/b/llama-server"), Path("/m/t.gguf"), Path("/m/d.gguf"), cfg, flags, 9000 + i)
+    for i, cfg in enumerate(bench_configs.configs(True, [1.0, 7.67], tree)):
+        argv = bench_configs.argv(recipe, cfg, models, Path("/b/llama-server"), 9000 + i, common)
         al = cfg.expected_al * 0.98 if cfg.expected_al else cfg.synthetic_al
         step_ms = 18.0 * (1 + 0.006 * max((cfg.tree_budget or 0) - 16, 0)) if cfg.spec else 12.5
         samples = [_sample(cfg.name, pid, al, step_ms) for pid in ("code/fib", "code/quicksort")]

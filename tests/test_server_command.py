@@ -30,6 +30,15 @@ class TestCanonical:
         assert canonical(spelling) == expected
 
 
+def test_an_option_is_found_in_any_spelling() -> None:
+    """What `buun fit` reads from the recipe's flags, through the one table of spellings."""
+    flags = {"--ctx-size": "4096", "--spec-draft-n-max": "8", "--no-kv-offload": True, "-kvo": True}
+    assert command.option(flags, "-c") == "4096" and command.option(flags, "--draft-max") == "8"
+    assert command.option(flags, "-cd", "none") == "none"
+    assert command.option(flags, "--kv-offload") is True  # -kvo, not its negation
+    assert command.option({"-c": "1", "--ctx-size": "2"}, "-c") == "2"  # the last one given wins
+
+
 class TestParseArgs:
     def test_values_switches_and_equals(self) -> None:
         assert parse_args(["-c", "4096", "--jinja", "--spec-type=draft-dflash", "--seed", "-1", "-fa", "on"]) == [
@@ -105,6 +114,18 @@ class TestManagedAndSecrets:
         argv = command.server_argv("s", "/m/t.gguf", "/m/d.gguf", "127.0.0.1", 1, [("-a", "mine")], alias="r")
         assert "--alias" not in argv and argv[argv.index("-a") + 1] == "mine"
 
+    def test_no_drafter_no_md(self) -> None:
+        """An AR server (bench's baseline, fit's AR measurement) from the same builder."""
+        argv = command.server_argv("s", "t.gguf", None, "127.0.0.1", 1, [("-c", "1")])
+        assert argv[:4] == ["s", "-m", "t.gguf", "-c"] and "-md" not in argv
+
+    def test_models_taken_from_raw_arguments(self) -> None:
+        target, draft, rest = command.take_models(parse_args(["--model", "t.gguf", "-c", "1", "-md", "d.gguf"]))
+        assert (target, draft, rest) == ("t.gguf", "d.gguf", [("-c", "1")])
+        assert command.take_models(parse_args(["-m", "t.gguf"]))[1] is None
+        with pytest.raises(UsageError, match="no model"):
+            command.take_models(parse_args(["-c", "1"]))
+
     def test_mask(self) -> None:
         assert command.mask(["x", "--api-key", "k", "-hft", "t", "-c", "1"]) == [
             "x", "--api-key", "****", "-hft", "****", "-c", "1"]
@@ -154,16 +175,6 @@ def test_default_models_says_what_to_run() -> None:
 
 
 # --- through the CLI ------------------------------------------------------------------------
-
-@pytest.fixture
-def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """--print-cmd needs only a binary path; it never runs it."""
-    d = tmp_path / "bin"
-    d.mkdir()
-    (d / "llama-server").write_text("#!/bin/sh\nexit 1\n")
-    monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(d))
-    return d
-
 
 def flat(text: str) -> str:
     """Output with rich's line wrapping undone."""

@@ -8,6 +8,8 @@
                [--target T.gguf --drafter D.gguf | --url URL] [--report] [--bandwidth-gbs N]
                                     AR vs DFlash llama-servers: tok/s, TTFT, acceptance; JSON (+ PNG with matplotlib,
                                     + one self-contained HTML report with --report)
+    buun bench --against upstream [...]  every configuration on buun's build and on unpatched llama.cpp
+                                    (`buun build --upstream`), side by side with buun's tok/s over upstream's
     buun bench --report-from bench.json [--out DIR] [--bandwidth-gbs N]
                                     the HTML report of a recorded run (no server started)
     buun bench --compare A.json B.json [--out DIR] [--json]
@@ -29,7 +31,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from buun_tool import bench, build, chart, compare, console, fit, patches, paths, recipes, report, synth
+from buun_tool import bench, bench_configs, build, chart, compare, console, fit, patches, paths, recipes, report, synth
 from buun_tool.errors import NotReadyError, UsageError
 
 RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file (default: qwen3.5-27b-dflash).",
@@ -40,6 +42,7 @@ ScaleOpt = Annotated[str | None, typer.Option(
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 # --rollback's values; typer refuses any other by name (the environment's is checked by patches)
 Rollback = Enum("Rollback", {name: name for name in patches.ROLLBACKS}, type=str)
+Against = Enum("Against", {"upstream": "upstream"}, type=str)  # bench --against: the builds beside buun's
 
 
 def _synth_dir() -> Path:
@@ -141,13 +144,19 @@ def bench_cmd(
         "chain (0), each with the calibrated synthetic tree profile (--spec-synth-tree; needs patch 0029): the "
         "report's tok/s and AL against the budget.", show_default=False)] = None,
     no_ar: Annotated[bool, typer.Option("--no-ar", help="Skip the autoregressive baseline.")] = False,
-    ctx: Annotated[int, typer.Option("--ctx", help="llama-server -c.")] = 6048,
-    draft_max: Annotated[int | None, typer.Option("--draft-max", help="--spec-draft-n-max (default: block_size-1).",
+    against: Annotated[Against | None, typer.Option(
+        "--against", help="Also run every configuration on unpatched llama.cpp (`buun build --upstream` builds "
+        "it), in its spellings and without -cd: both rows, and buun's tok/s over upstream's.",
+        show_default=False)] = None,
+    ctx: Annotated[int, typer.Option("--ctx", help="llama-server -c of every server (bench pins it; the recipe's "
+                                     "`fit` depends on the card).")] = bench_configs.DEFAULT_CTX,
+    draft_max: Annotated[int | None, typer.Option("--draft-max", help="Replaces the recipe's --draft-max.",
                                                   show_default=False)] = None,
-    host_sampling: Annotated[bool, typer.Option("--host-sampling", help="Sample on the host, without -bs (the "
-                                                "recipe's default samples in the target's graph).")] = False,
-    server_args: Annotated[str, typer.Option("--server-args", help="Extra llama-server flags for every server, "
-                                             "as one string: --server-args '-t 8'.")] = "",
+    host_sampling: Annotated[bool, typer.Option("--host-sampling", help="Sample on the host: drops the recipe's "
+                                                "--backend-sampling.")] = False,
+    server_args: Annotated[str, typer.Option("--server-args", help="llama-server flags for every server, as one "
+                                             "string, replacing the recipe's of the same option as `buun serve -- "
+                                             "FLAGS` does: --server-args '-t 8'.")] = "",
     out: Annotated[Path | None, typer.Option("--out", help="Folder for the JSON, PNG and server logs.",
                                              show_default=False)] = None,
     load_timeout: Annotated[float, typer.Option("--load-timeout", help="Seconds a server may take to load.")
@@ -165,7 +174,10 @@ def bench_cmd(
                                                         "known cards).", show_default=False)] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Run AR and DFlash llama-servers over prompt suites: decode and prompt tok/s, TTFT, acceptance."""
+    """Run AR and DFlash llama-servers over prompt suites: decode and prompt tok/s, TTFT, acceptance.
+
+    Each server runs the recipe's own flags, as `buun serve` does, with the context pinned (--ctx)
+    and the changes given here; bench.json records each server's exact argv."""
     if report_from and compare_:
         raise UsageError("--report-from and --compare are two different commands: pass one of them")
     if bandwidth_gbs is not None and bandwidth_gbs <= 0:
@@ -175,24 +187,33 @@ def bench_cmd(
         return _report_from(report_from, out, bandwidth_gbs)
     if compare_:
         return _compare(*compare_, out, json_out)
-    synthetic_al = bench.synthetic_lengths(synthetic_al, al_sweep) or None
+    if against and url:
+        raise UsageError("--against runs its own servers on both builds; --url measures one running server",
+                         "leave out one of them")
+    if against:
+        build.find_upstream_binary("llama-server")  # before the models are made: say what to build first
+    synthetic_al = bench_configs.synthetic_lengths(synthetic_al, al_sweep) or None
     if tree_budget is not None and url:
         raise UsageError("--tree-budget sweeps servers buun starts itself; --url measures one running server",
                          "leave out --url (the synthetic pair is the default), or --tree-budget")
+    budgets = bench_configs.tree_budgets(tree_budget) if tree_budget is not None else []
     r = recipes.load(recipe)
-    _, dgeo = synth.geometry(r, "full")
+    overrides = bench_configs.common(ctx, draft_max, host_sampling, shlex.split(server_args))
+    trees = bench_configs.tree_configs(budgets, r, overrides)  # a tree that cannot be served: before the models
+    cfgs = bench_configs.configs(not no_ar, synthetic_al, trees)
+    alone = bench_configs.without_twin(cfgs) if against else []
+    if alone:
+        console.warn(f"--against upstream: {', '.join(c.name for c in alone)} run on buun's build only "
+                     "(upstream llama.cpp has no tree verification)")
     t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = out or paths.bench_dir() / stamp
-    flags = bench.ServerFlags(ctx=ctx, n_gpu_layers=99, draft_max=draft_max or dgeo.block_size - 1,
-                              backend_sampling=not host_sampling, extra=tuple(shlex.split(server_args)))
-    budgets = bench.tree_budgets(tree_budget, flags) if tree_budget is not None else []
-    forced = bool(synthetic_al or budgets)
+    forced = bool(synthetic_al or trees)
     opts = bench.BenchOptions(
         target=t, drafter=d, url=url, suites=_csv(suite, bench.SUITES, "--suite"),
         modes=_csv(mode, bench.MODES, "--mode"), prompts=prompts or None, n_predict=n_predict, repeats=repeats,
-        ar=not no_ar, synthetic_al=list(synthetic_al or []), tree_budgets=budgets, flags=flags, out_dir=out_dir,
-        load_timeout=load_timeout, models_note=note + (", acceptance forced" if forced else ""),
+        recipe=r, configs=bench_configs.against_upstream(cfgs) if against else cfgs, overrides=overrides,
+        out_dir=out_dir, load_timeout=load_timeout, models_note=note + (", acceptance forced" if forced else ""),
         bandwidth_gbs=bandwidth_gbs)
     if report_:
         chart.require()  # before the servers run, not after: the report is what was asked for

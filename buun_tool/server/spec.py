@@ -134,15 +134,9 @@ def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | No
 
     patches.rollback_from_env()  # llama-server would take a misspelt value for the tape without a word
     recipe = recipes.load(recipe_ref)
-    base = command.recipe_flags(recipe.server_flags)
-    command.check_unmanaged(base, f"the recipe {recipe.source}")
-    overrides = command.parse_args(extra or [])
-    command.check_unmanaged(overrides, "the arguments after `--`")
-    command.check_drops(drops or [])
-    # the recipe's secrets and the command line's alike (an override replaces the recipe's)
-    flags, secrets = command.take_secrets(command.merge(base, overrides, drops or []))
-    flags = with_tree(recipe, flags, overrides, tree_budget)
-    flags, context = with_context(recipe, flags, overrides)
+    resolved = launch_flags(recipe, command.parse_args(extra or []), drops or [], "the arguments after `--`",
+                            tree_budget)
+    flags, secrets, context = resolved.flags, resolved.secrets, resolved.context
     if not 0 < port < 65536:
         raise UsageError(f"--port {port}: expected 1..65535")
     if model is None or draft is None:
@@ -152,7 +146,7 @@ def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | No
         name=check_name(name or recipe.name), recipe=recipe.name, recipe_source=str(recipe.source),
         binary=str(build.find_binary("llama-server")),
         target=str(Path(model).expanduser().resolve()), draft=str(Path(draft).expanduser().resolve()),
-        host=host, port=port, flags=flags, recipe_flags=_kept(base, overrides),
+        host=host, port=port, flags=flags, recipe_flags=resolved.recipe_flags,
         policy=(policy or Policy()).validate(), no_api_key=no_api_key, context=context.to_json(),
     )
     key_in_flags = secrets.pop("--api-key", None)
@@ -164,6 +158,36 @@ def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | No
         raise UsageError("--no-api-key contradicts the API key given (--api-key, BUUN_API_KEY or the recipe)",
                          "leave out one of them")
     return spec, key
+
+
+@dataclass(frozen=True)
+class Flags:
+    """A recipe's server flags with the user's changes, as llama-server gets them."""
+
+    flags: list[Flag]  # no secret among them
+    secrets: dict[str, str]  # canonical flag -> value, for llama-server's environment (command.SECRET_ENV)
+    context: fit.ContextChoice  # the -c among the flags, and why
+    recipe_flags: list[str]  # the recipe's flag names that reach llama-server as the recipe wrote them
+
+
+def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str], source: str,
+                 tree_budget: int | None = None) -> Flags:
+    """The flags of every server buun runs for a recipe, `buun serve`'s and each `buun bench`
+    configuration's: the recipe's, with `overrides` in the place of the recipe's flag of the same
+    option (or added) and `drops` left out, secrets taken out, the tree's flags settled
+    (with_tree; a dropped --spec-tree-budget is the chain) and -c decided (with_context).
+    `source` names where the overrides came from, for the error of a flag buun sets itself."""
+    base = command.recipe_flags(recipe.server_flags)
+    command.check_unmanaged(base, f"the recipe {recipe.source}")
+    command.check_unmanaged(overrides, source)
+    command.check_drops(drops)
+    # the recipe's secrets and the command line's alike (an override replaces the recipe's)
+    flags, secrets = command.take_secrets(command.merge(base, overrides, drops))
+    if command.TREE_BUDGET in {command.canonical(d) for d in drops}:
+        tree_budget = 0  # no tree flag, not even the recipe's server.tree
+    flags = with_tree(recipe, flags, overrides, tree_budget)
+    flags, context = with_context(recipe, flags, overrides)
+    return Flags(flags, secrets, context, _kept(base, overrides))
 
 
 def check_exposure(spec: LaunchSpec, api_key: str | None) -> None:
