@@ -73,9 +73,10 @@ def _matches(flag: Flag, pattern: Flag) -> bool:
 
 # What pinned upstream llama.cpp calls the fork's settings the recipe uses (buun's patch 0001 adds
 # the fork's names): the same DFlash, draft size and batch; no -cd (upstream's drafter takes the
-# target's context). `buun bench --against upstream` runs every configuration with it.
+# target's context) and no tree (patch 0029). `buun bench --against upstream` runs every
+# configuration with it.
 UPSTREAM = Overrides(
-    drop=("-cd",),
+    drop=("-cd", command.TREE_BUDGET, command.TREE_K),
     respell=((("--spec-type", "dflash"), ("--spec-type", "draft-dflash")),
              (("--draft-max", None), ("--spec-draft-n-max", None)),
              (("--draft-min", None), ("--spec-draft-n-min", None))))

@@ -411,8 +411,9 @@ def test_a_request_that_ends_inside_a_draft_keeps_its_cache(llama_bin: Path, tin
                                                             tmp_path: Path) -> None:
     """Patch 0030: a step accepts tokens past the request's budget (0018 keeps drafts whole); they
     leave the slot's cache, so continuing with the tokens sent reuses the cache (at most two tokens
-    evaluated) instead of going back to a context checkpoint (45 tokens before the patch). Budgets that end inside a draft, with
-    partial acceptance at the last step and without, for a chain and for a tree."""
+    evaluated) instead of going back to a context checkpoint (45 tokens before the patch). Budgets
+    that end inside a draft, with partial acceptance at the last step and without, for a chain and
+    for a tree."""
     for name, synth in (("chain", ["--spec-synth-len", "6"]), ("tree", TREE)):
         args = _dflash_args(tiny_pair_f32, "-fa", "on", *synth)
         with llama_server(llama_bin, args, tmp_path / f"{name}.log") as spec:
