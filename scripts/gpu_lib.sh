@@ -1,4 +1,4 @@
-# Shared by the GPU session drivers (scripts/gpu_session.sh, gpu_perf.sh, gpu_mmq.sh): run on a lent
+# Shared by the GPU driver (scripts/gpu_run.sh, its named parts): run on a lent
 # H100/H200 machine (CUDA, no internet) from a copy of the checkout. Source it, then call
 # gpu_prepare. Needs .carry/llama-src.tar.xz (`buun vendor --archive .carry/llama-src.tar.xz`) and
 # .whl/ (buun's dependencies as Python 3.12 wheels, see docs/benchmarks.md) in the working tree.
@@ -28,10 +28,16 @@ BUUN="python3 -m buun_tool"
 BIN=$R/vendor/build/cuda/bin
 NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)  # Nsight Compute, for kernel timings
 
-# the product's CUDA flags for sm_90 (what `buun build --cuda --cuda-arch 90` configures), for the
-# scripts that build only a few targets: cmake -S vendor/llama.cpp -B DIR $CUDA_CMAKE ...
-CUDA_CMAKE="-G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DGGML_NATIVE=ON -DGGML_CUDA_FA=ON"
-CUDA_CMAKE+=" -DGGML_CUDA_FA_ALL_QUANTS=ON -DCMAKE_CUDA_ARCHITECTURES=90"
+# the machine's CUDA arch as the build module detects it (what `buun build --cuda` picks: "90" on an
+# H100/H200), so no script names one
+CUDA_ARCH=$(python3 -c "from buun_tool import build; print(';'.join(sorted({g.arch for g in build.detect_gpus()})))")
+[ -n "$CUDA_ARCH" ] || { log "no GPU visible to nvidia-smi: no CUDA arch"; exit 1; }
+# the product's CUDA flags (what `buun build --cuda` configures) less the arch, and with it, for the
+# parts that build only a few targets, in a bash -c command line (the arch quoted: a list of
+# several is "86;90"): bash -c "cmake -S vendor/llama.cpp -B DIR $CUDA_CMAKE ..."
+CUDA_FLAGS="-G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DGGML_NATIVE=ON -DGGML_CUDA_FA=ON"
+CUDA_FLAGS+=" -DGGML_CUDA_FA_ALL_QUANTS=ON"
+CUDA_CMAKE="$CUDA_FLAGS -DCMAKE_CUDA_ARCHITECTURES='$CUDA_ARCH'"
 
 # the machine's facts, then the pinned tree from the carried archive with the series applied;
 # exits on failure
@@ -58,9 +64,9 @@ gpu_build_synth() {
     TARGET=$(ls "$BUUN_MODELS_DIR"/synthetic/synth-*-full-q4_k_m.gguf)
 }
 
-# the CUDA build with the product flags (sm_90)
+# the CUDA build with the product flags, for the machine's own GPU (the build detects the arch)
 gpu_prepare() {
-    gpu_build_synth 1500 $BUUN build --cuda --cuda-arch 90 --jobs 16
+    gpu_build_synth 1500 $BUUN build --cuda --jobs 16
     cp vendor/build/cuda/buun-build.json "$RES/"
 }
 
@@ -199,13 +205,25 @@ gpu_pack() {
     tar czf "$W/results.tgz" -C "$W" pack
 }
 
+# the processes under PID (its children, theirs, ...), one id a line
+gpu_descendants() {
+    local c
+    for c in $(ps -o pid= --ppid "$1"); do
+        echo "$c"
+        gpu_descendants "$c"
+    done
+}
+
 # per-kernel GPU times (ncu) of a few speculative steps of a DFlash server, started with the argv
 # that `buun bench` logged at the top of SERVER_LOG and given one greedy request:
-# gpu_ncu_server NAME SERVER_LOG; $RES/ncu-NAME.txt splits the window by CUDA stream (ncu_steps.py)
+# gpu_ncu_server NAME SERVER_LOG; $RES/ncu-NAME.txt splits the window by CUDA stream (ncu_steps.py).
+# Only the server this function started is stopped: the descendant of its ncu that runs the argv's
+# binary, by its process id, so that ncu then writes its report and exits.
 gpu_ncu_server() {
-    local name=$1 argv port pid
+    local name=$1 argv port pid server p rc
     argv=$(head -1 "$2" | sed 's/^\$ //')
     port=$(sed -n 's/.*--port \([0-9]*\).*/\1/p' <<< "$argv")
+    server=$(realpath "$(eval "printf '%s\n' $argv" | head -1)")
     log "start ncu-$name"
     eval "timeout 400 $NCU --cache-control none --clock-control none --launch-skip 60000 --launch-count 6000 \
         --metrics gpu__time_duration.sum --csv $argv" > "$RES/ncu-$name.log" 2>&1 &
@@ -213,9 +231,12 @@ gpu_ncu_server() {
     for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 1; done
     curl -s "http://127.0.0.1:$port/completion" -d '{"prompt": "def quicksort(items):", "n_predict": 160,
         "temperature": 0, "ignore_eos": true, "cache_prompt": false}' > "$RES/ncu-$name-reply.json"
-    pkill -TERM -f "^$BIN/llama-server"
+    for p in $(gpu_descendants "$pid"); do
+        [ "$(readlink -f "/proc/$p/exe" 2> /dev/null)" = "$server" ] && kill -TERM "$p"
+    done
     wait $pid
-    log "end ncu-$name: rc=$?"
+    rc=$?
+    log "end ncu-$name: rc=$rc"
     python3 scripts/ncu_steps.py "$RES/ncu-$name.log" > "$RES/ncu-$name.txt"
     head -12 "$RES/ncu-$name.txt" >> "$RES/summary.txt"
 }
