@@ -3,29 +3,49 @@
 # checkout (CUDA, no internet; .carry/ and .whl/ as gpu_lib.sh says):
 #
 #     bash scripts/gpu_run.sh PART...
+#     bash scripts/gpu_run.sh build tree-ops ampere tree-decode pack           # the tree ops on CUDA
+#     bash scripts/gpu_run.sh build correctness ar upstream fit setup pack     # buun against upstream
+#     GPU_VARIANTS="all|;rows0|LLAMA_SAMPLER_ROWS=0" bash scripts/gpu_run.sh build correctness ar variants pack
 #
 # A run outlasts one 10-minute device command: start it detached and poll (docs/benchmarks.md).
-# Each step's log is in $RES (/tmp/buun-gpu/results), its exit code and time in summary.txt.
+# Each step's log is in $RES (/tmp/buun-gpu/results), its exit code and time in summary.txt. Every
+# part after build runs on what build left (the patched tree, the CUDA build, the synthetic pair).
 #   build        vendor + patch, the product CUDA build for the machine's own GPU (`buun build
 #                --cuda`: the arch comes from nvidia-smi) while the full-size synthetic pair is written
 #   tbo-mmqs     test-backend-ops: the small-batch K-quant kernel's MUL_MAT cases (9-32 columns)
 #                against the CPU, and its timings at the 27B's FFN shapes, 16 against 17-32
 #                columns, with 0031's two variants (GGML_CUDA_MMQS_INTERLEAVE=0/1)
+#   tree-ops     test-tree-ssm (0025's ops: every node against the chain op over its path, against
+#                the CPU, a planted off-by-one parent) and test-backend-ops' check of both tree ops
+#                and of the chain ops beside them, with their timings at the 27B's shapes (a chain
+#                of 16 against trees of 16, 23 and 32 tokens)
+#   ampere       test-tree-ssm and test-backend-ops' check of those ops, built again for Ampere's
+#                compute_86 as PTX only (the driver compiles it for this card at load, so the
+#                Ampere path of the kernels runs here); a second CUDA build, ~10 min
 #   correctness  the correctness harness on CUDA (tests/test_correctness.py, tie-aware rule)
 #   tree-decode  test-tree-decode on the tiny pair in f32, offloaded (patches 0027-0029)
 #   ar           llama-bench tg128 of the target: the run's AR anchor
 #   bench        `buun bench`: AR, and DFlash chains at synthetic AL 1 / 7.67 / 8.31, with the
 #                per-phase step profile (LLAMA_SPEC_PROFILE=1)
+#   upstream     `buun build --upstream` (the unpatched pin, the same flags), then the bench's
+#                configurations on both builds (`buun bench --against upstream`): buun over upstream
+#   variants     the per-phase profile and `buun bench` of each variant of GPU_VARIANTS, interleaved,
+#                twice (gpu_variants): "NAME|VAR=VALUE ...[|SERVER_ARGS];NAME|...", e.g.
+#                GPU_VARIANTS="all|;rows0|LLAMA_SAMPLER_ROWS=0"; the profiles alone with
+#                GPU_VARIANTS_NO_BENCH=1
 #   tree-sweep   `buun bench --tree-budget 16,22,32` (the chain added) under the calibrated tree
 #                profile, with the step profile
 #   tree-sweep-il  the same with GGML_CUDA_MMQS_INTERLEAVE=1 (0031's variant)
+#   fit          `buun fit --measure` of AR, of the recipe's DFlash, of it with the drafter's context
+#                as -c (upstream's, --ctx-draft 0), and the fit on a 24 GiB card
 #   fit-tree     `buun fit --measure` of the chain and of a budget-22 tree
+#   setup        `buun setup` end to end with CUDA (tests/test_setup.py's first test: the tests'
+#                local Hub and tiny pair, converted with this machine's own torch and transformers)
 #   pack         $W/results.tgz: what the docs keep of the run
 . "$(dirname "$0")/gpu_lib.sh"
 
 part_build() {
-    gpu_build_synth 1500 $BUUN build --cuda --jobs 16
-    cp vendor/build/cuda/buun-build.json "$RES/"
+    gpu_prepare
 }
 
 part_tbo_mmqs() {
@@ -36,6 +56,38 @@ part_tbo_mmqs() {
         gpu_tbo "mmqs-il$v" "GGML_CUDA_MMQS_INTERLEAVE=$v" test -o MUL_MAT -p "type_a=q[456]_K,type_b=f32,m=[0-9]+,n=(17|23|32),"
         gpu_tbo "perf-mmqs-il$v" "GGML_CUDA_MMQS_INTERLEAVE=$v" perf -o MUL_MAT \
             -p "type_a=q[46]_K,type_b=f32,m=(17408|5120),n=(16|17|23|32),k=(5120|17408),"
+    done
+}
+
+TREE_OPS=(GATED_DELTA_NET_TREE SSM_CONV_TREE GATED_DELTA_NET SSM_CONV)
+
+part_tree_ops() {
+    local op
+    gpu_tbo_build
+    step tree-ssm 300 "$BIN/test-tree-ssm"
+    tail -1 "$RES/tree-ssm.log" | tee -a "$RES/summary.txt"
+    for op in "${TREE_OPS[@]}"; do
+        gpu_tbo "$op" "" test -o "$op"
+    done
+    for op in GATED_DELTA_NET GATED_DELTA_NET_TREE; do
+        gpu_tbo "perf-$op" "" perf -o "$op" -p "head_count=16,head_size=128"
+    done
+    for op in SSM_CONV SSM_CONV_TREE; do
+        gpu_tbo "perf-$op" "" perf -o "$op" -p "10240"
+    done
+}
+
+# its own build folder, only these two targets and no FA kernels for quantized KV; gpu_tbo runs
+# this build's test-backend-ops (BIN is local here)
+part_ampere() {
+    local BIN=$R/vendor/build/cuda86/bin op
+    step build86 1200 bash -c "cmake -S vendor/llama.cpp -B vendor/build/cuda86 $CUDA_FLAGS -DGGML_CUDA_FA_ALL_QUANTS=OFF \
+        -DCMAKE_CUDA_ARCHITECTURES=86-virtual -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+        > /dev/null && cmake --build vendor/build/cuda86 -j 16 --target test-tree-ssm test-backend-ops" || return 1
+    step tree-ssm-86 300 "$BIN/test-tree-ssm" -b CUDA0
+    tail -1 "$RES/tree-ssm-86.log" | tee -a "$RES/summary.txt"
+    for op in "${TREE_OPS[@]}"; do
+        gpu_tbo "86-$op" "" test -o "$op"
     done
 }
 
@@ -61,6 +113,24 @@ part_bench() {
         --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench"
 }
 
+# the upstream build copies the settings of build's (its stamp), so the two differ by the patches alone
+part_upstream() {
+    step build-upstream 1500 $BUUN build --upstream --jobs 16 || return 1
+    cp vendor/build/upstream-cuda/buun-build.json "$RES/buun-build-upstream.json"
+    step bench-upstream 1200 $BUUN bench "${BENCH[@]}" --against upstream --synthetic-al 1 --synthetic-al 7.67 \
+        --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-upstream"
+}
+
+part_variants() {
+    local variants
+    IFS=';' read -ra variants <<< "$GPU_VARIANTS"
+    if [ "${GPU_VARIANTS_NO_BENCH:-0}" = 1 ]; then
+        gpu_variants --no-bench "${variants[@]}"
+    else
+        gpu_variants "${variants[@]}"
+    fi
+}
+
 part_tree_sweep() {
     step tree-sweep 600 env LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" --no-ar --tree-budget 16,22,32 \
         --prompts 2 --n-predict 512 --out "$RES/tree-sweep"
@@ -72,6 +142,13 @@ part_tree_sweep_il() {
         --tree-budget 16,22,32 --prompts 2 --n-predict 512 --out "$RES/tree-sweep-il"
 }
 
+part_fit() {
+    step fit-ar 200 $BUUN fit --ctx 6048 --draft-max 0 --measure --scale full --json
+    step fit-dflash 200 $BUUN fit --ctx 6048 --measure --scale full --json
+    step fit-dflash-cd0 200 $BUUN fit --ctx 6048 --ctx-draft 0 --measure --scale full --json
+    step fit-3090 60 $BUUN fit --gpu-mem 24
+}
+
 part_fit_tree() {
     local b
     for b in 0 22; do
@@ -80,16 +157,28 @@ part_fit_tree() {
     done
 }
 
+# the converter runs on this machine's own Python (torch, transformers): nothing can be installed here
+part_setup() {
+    step setup 900 env BUUN_TEST_NGL=99 BUUN_CONVERTER_PYTHON=python3 \
+        python3 -m pytest -q -rA "tests/test_setup.py::test_setup_runs_then_skips_everything"
+}
+
 part_pack() {
     gpu_pack
 }
 
+# every part named is checked before the first runs: a typo found after a 25-minute build costs the run
 for part in "$@"; do
-    fn="part_${part//-/_}"
-    if ! declare -F "$fn" > /dev/null; then
+    if ! declare -F "part_${part//-/_}" > /dev/null; then
         log "unknown part: $part"
         exit 2
     fi
-    "$fn"
+    if [ "$part" = variants ] && [ -z "${GPU_VARIANTS:-}" ]; then
+        log "the variants part needs GPU_VARIANTS (\"NAME|VAR=VALUE ...[|SERVER_ARGS];...\")"
+        exit 2
+    fi
+done
+for part in "$@"; do
+    "part_${part//-/_}"
 done
 log "done in $SECONDS s"
