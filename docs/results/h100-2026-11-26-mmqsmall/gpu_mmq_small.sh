@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # Patch 0009's register-resident Q4_K matmul for 9-16 columns against MMQ (GGML_CUDA_MMQ_SMALL=0),
 # one build: test-backend-ops MUL_MAT for q4_K, llama-bench pp16, ncu per-kernel times of a
 # 16-token batch, the per-phase profile, `buun bench` (AR and synthetic AL 1 / 7.67 / 8.31) with the

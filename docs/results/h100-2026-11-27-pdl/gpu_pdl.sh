@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # Patch 0024 (PDL for the series' kernels) on one GPU, in a session's last ~10 minutes of device
 # time: the lean build with llama-speculative-simple for the harness (gpu_prepare_lean), llama-bench
 # (AR), the per-phase profile (AL 1 and 8.31) of the series (all) and of the series with its

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # Patch 0018 (a DFlash draft keeps its block length at the end of a request's budget) on one GPU,
 # and what a rebuilt verify graph costs: the correctness harness on CUDA, llama-bench tg128, then
 # the per-phase profile of a DFlash step (AL 1 and 8.31; its lines end with the steps that

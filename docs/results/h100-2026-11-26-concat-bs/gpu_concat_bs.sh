@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # Patch 0016 on one H100 and two runs of each variant, interleaved, so that the machine's drift
 # falls on all of them: test-backend-ops CONCAT (eval and perf of the conv window) with the
 # kernel and with GGML_CUDA_CONCAT_SHORT=0; the correctness harness on CUDA; then the per-phase

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # Patch 0009's kernel against the CPU backend at the model's shapes: test-backend-ops MUL_MAT for
 # q4_K on CUDA (the cases 0009 adds: 9-16 columns, many K blocks, rows off the 16-row tile, 4, 8
 # and 16 warps a block), with the kernel and with MMQ (GGML_CUDA_MMQ_SMALL=0); then the same

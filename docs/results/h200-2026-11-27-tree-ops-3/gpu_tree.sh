@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # The tree patches on CUDA: test-tree-ssm (0025's ops: every node against the chain op over its
 # path, against the CPU, a planted off-by-one parent) on an sm_90 build and on a build with Ampere's
 # compute_86 PTX only (the driver compiles it for the card at load, so the Ampere path runs here);

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # Patch 0009's final kernel in DFlash (MMQ vs the kernel, one build: per-phase profile and
 # `buun bench` at synthetic AL 1 / 7.67 / 8.31, tape and snapshots) and the per-kernel GPU times
 # of a few DFlash steps (ncu on llama-server, split by stream into verify / inject / draft).

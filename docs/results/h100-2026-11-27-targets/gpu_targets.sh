@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # The performance issue's targets with the whole series on one GPU (an H200, as the issue's own
 # figures, or an H100): the product build, the correctness harness on CUDA, llama-bench, then the
 # per-phase profile and `buun bench` of the series (all), of the series with sampling once per row

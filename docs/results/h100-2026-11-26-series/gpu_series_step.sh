@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # The series as of patch 0012 on one H100: 0012's Q5_K in the small-batch kernel against
 # GGML_CUDA_MMQ_SMALL=q4_K (test-backend-ops MUL_MAT q5_K, llama-bench pp16 and its ncu window),
 # the per-phase profile and `buun bench` (AR and synthetic AL 1 / 7.67 / 8.31) with the whole

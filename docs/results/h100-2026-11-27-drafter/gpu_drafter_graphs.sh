@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # Patch 0022 (the drafter's second scheduler) on one GPU, in the little device time a session had
 # left: the lean build (gpu_prepare_lean), llama-bench (AR), then the per-phase profile (AL 1 and
 # 8.31) of the series (all) and of the series with one scheduler in the drafter

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # Patches 0020 (a like sampler keeps the scheduler) and 0021 (CUDA graphs keyed by shape) on one
 # GPU: a request's first verify should replay the CUDA graph of the previous request's instead of
 # running without one and capturing it again. The build carries

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # Patch 0005 with the replay in every verify-sized graph (one graph shape, reused after a full
 # acceptance too), on a lent GPU machine: the correctness harness on CUDA, then `buun bench` with
 # LLAMA_SPEC_PROFILE=1 at synthetic AL 7.67 and 8.31 for the tape and for upstream's snapshots

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # Patches 0010 (top-k without sorting) and 0011 (device-resident target features) against their
 # switches (GGML_CUDA_TOP_K_SMALL=0, LLAMA_DFLASH_DEVICE_FEATURES=0), one build: test-backend-ops
 # TOP_K, the per-phase profile of each combination, the correctness harness on CUDA, ncu kernel

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # The small-batch kernel's launch rule against each block size forced (GGML_CUDA_MMQS_NWARPS=4, 8,
 # 16; patch 0017), one build of the series on one H100: test-backend-ops perf of the Qwen3.5-27B
 # verify's K-quant matrices at 16 columns, then the per-phase profile of a DFlash step and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # Patches 0013-0015 on one H100, one build of the series: 0013's Q6_K in the small-batch kernel
 # against GGML_CUDA_MMQ_SMALL=q4_K,q5_K, 0014's split argmax against GGML_CUDA_ARGMAX_SPLIT=0, 0015's
 # shared activation quantization against GGML_CUDA_MMQS_SHARE=0 (test-backend-ops eval of each; perf

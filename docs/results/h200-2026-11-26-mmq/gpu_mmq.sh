@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # The small-batch MMQ patch (0006) against the same tree without it, on one lent GPU machine.
 # Start it detached and poll (see scripts/gpu_session.sh); results in /tmp/buun-gpu/results:
 #   test-backend-ops MUL_MAT (CUDA against the CPU) for the quant types 0006 retunes; the

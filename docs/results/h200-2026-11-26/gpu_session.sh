@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # One GPU session's work, run on a lent H100/H200 machine (CUDA, no internet) from a copy of the
 # checkout. Start it detached and poll, since it outlasts one 10-minute command:
 #

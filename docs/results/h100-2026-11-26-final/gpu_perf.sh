@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # The DFlash performance patches measured on a lent GPU machine: upstream's snapshot rollback
 # (LLAMA_RS_ROLLBACK=snapshot) against the series' tape replay, and upstream's sampler chain
 # (LLAMA_SAMPLING_GREEDY=0) against 0008's greedy argmax, in one build and one session (each

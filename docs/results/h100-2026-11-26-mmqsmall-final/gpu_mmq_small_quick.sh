@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # A quick look at a change to patch 0009's kernel, for a session with little device time left:
 # builds only test-backend-ops and llama-bench (CUDA, sm_90) and the full-size synthetic target,
 # then test-backend-ops MUL_MAT for q4_K, llama-bench pp16 and the ncu per-kernel window of a

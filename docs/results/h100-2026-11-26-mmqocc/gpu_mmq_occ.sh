@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Record of this run; it no longer runs from here: scripts/gpu_run.sh has its parts.
 # Experiment: patch 0006's 16-column Q4_K MMQ tile (4 warps x 64 rows) at 4, 6 and 8 blocks per SM.
 # The occupancy caps the registers a thread may use (128, 80, 64 on sm_90); ncu found the kernel at
 # 23% achieved occupancy, stalled on shared-memory loads. Each variant edits the config table in the
