@@ -30,7 +30,7 @@ from buun_tool import console, patches, paths, vendor
 from buun_tool.errors import BuunError, NotReadyError, UsageError
 from buun_tool.proc import git, run, run_logged
 
-# the tree patches' checks (CI on the CPU build, scripts/gpu_tree.sh on CUDA): test-tree-ssm the ops
+# the tree patches' checks (CI on the CPU build, `scripts/gpu_run.sh tree-ops` on CUDA): test-tree-ssm the ops
 # of 0025 on every backend of the build, test-ddtree the builder of 0026, test-tree-decode 0027-0028
 TARGETS = ("llama-server", "llama-quantize", "llama-cli", "llama-bench", "llama-speculative-simple",
            "test-tree-ssm", "test-ddtree", "test-tree-decode")

@@ -1,7 +1,7 @@
 """The DFlash correctness harness: the guard every patch of the series must pass.
 
 Runs the real llama-server and llama-speculative-simple of the build under test (the CPU build in
-CI; a CUDA build with BUUN_LLAMA_BIN_DIR=... BUUN_TEST_NGL=99, see scripts/gpu_correctness.sh) on
+CI; a CUDA build with BUUN_LLAMA_BIN_DIR=... BUUN_TEST_NGL=99, see `scripts/gpu_run.sh correctness`) on
 the tiny synthetic pair: a qwen35 hybrid target (Gated DeltaNet and full-attention layers) and a
 dflash drafter reading several of its layers.
 

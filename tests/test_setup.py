@@ -40,7 +40,7 @@ def setup_env(tiny_hub: FakeHub, tmp_path: Path, llama_bin: Path):
         control.stop(inst, 10)
 
 
-# On the GPU machine (BUUN_TEST_NGL set, see scripts/gpu_session.sh) setup builds and serves with CUDA.
+# On the GPU machine (BUUN_TEST_NGL set, see `scripts/gpu_run.sh setup`) setup builds and serves with CUDA.
 CPU = [] if os.environ.get("BUUN_TEST_NGL") else ["--cpu"]
 
 

@@ -4,7 +4,7 @@
 budget 22 and 31, a bushy one longer than the chain kernels' 32-token path) on every backend of the
 build and compares every node with the chain op over the path from its root: bit for bit on the
 CPU. Each tree also runs with a planted bug (every branch token's parent moved back by one), which
-the comparison must catch. On a GPU machine scripts/gpu_tree.sh runs the same binary on CUDA.
+the comparison must catch. On a GPU machine `scripts/gpu_run.sh tree-ops` runs the same binary on CUDA.
 """
 
 from __future__ import annotations
