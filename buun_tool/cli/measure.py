@@ -172,7 +172,7 @@ def bench_cmd(
         return _compare(*compare_, out, json_out)
     synthetic_al = bench.synthetic_lengths(synthetic_al, al_sweep) or None
     r = recipes.load(recipe)
-    _, dgeo = synth.geometry(r, "full")
+    dgeo = r.geometry_at("full").drafter
     t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = out or paths.bench_dir() / stamp
