@@ -252,7 +252,7 @@ def _quantize_build() -> dict[str, Any] | None:
     return {"variant": None, "binary": str(binary)}
 
 
-def _sources(recipe: Recipe, models_dir: Path | None, rehash: bool) -> dict[str, Any]:
+def _sources(recipe: Recipe, models_dir: Path, rehash: bool) -> dict[str, Any]:
     """The source files as they are on disk now: their sha256, read again with `rehash` (before a
     conversion: the record must name what the converter reads), else the manifest's while a file
     keeps the size and mtime it was hashed with. A file that no longer matches what `buun pull`
@@ -282,7 +282,7 @@ def _sources(recipe: Recipe, models_dir: Path | None, rehash: bool) -> dict[str,
     return out
 
 
-def conversion_inputs(recipe: Recipe, models_dir: Path | None, python: Path, outtype: str,
+def conversion_inputs(recipe: Recipe, models_dir: Path, python: Path, outtype: str,
                       rehash: bool = False) -> dict[str, Any]:
     """Everything that shapes the converter's output bytes."""
     return {
@@ -293,7 +293,7 @@ def conversion_inputs(recipe: Recipe, models_dir: Path | None, python: Path, out
     }
 
 
-def inputs_of(recipe: Recipe, models_dir: Path | None, python: Path, outtype: str,
+def inputs_of(recipe: Recipe, models_dir: Path, python: Path, outtype: str,
               rehash: bool = False) -> dict[str, Any]:
     """Everything that shapes the final GGUF; equal inputs mean the stage has nothing to do."""
     return {
@@ -388,7 +388,7 @@ def _produce(lay: Layout, recipe: Recipe, facts: dict[str, Any], python: Path, i
     return _quantize_to(intermediate, final, recipe.quantize, facts, log), intermediate
 
 
-def convert(recipe: Recipe, models_dir: Path | None = None, force: bool = False,
+def convert(recipe: Recipe, models_dir: Path, force: bool = False,
             keep_intermediate: bool = True) -> ConvertResult:
     """F16/BF16 conversion + quantization + verification + provenance, as one idempotent stage."""
     t0 = time.monotonic()
@@ -434,7 +434,7 @@ def _size(path: Path) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-def made_from_pulled(recipe: Recipe, models_dir: Path | None = None) -> bool:
+def made_from_pulled(recipe: Recipe, models_dir: Path) -> bool:
     """Whether the drafter GGUF on disk was made (by `convert` or `setup`) from the sources as they
     are pulled now, with the vendored llama.cpp as it is and the recipe's quant: what `setup`
     checks without creating the converter's environment."""
@@ -458,7 +458,7 @@ def made_from_pulled(recipe: Recipe, models_dir: Path | None = None) -> bool:
     return inputs.get("llama_cpp") == _llama_state()
 
 
-def require_converted(recipe: Recipe, models_dir: Path | None = None) -> Path:
+def require_converted(recipe: Recipe, models_dir: Path) -> Path:
     """For later stages (serve): the verified drafter GGUF, or an error saying to convert."""
     final = layout(recipe, models_dir).drafter_gguf()
     if not final.is_file() or not provenance_path(final).is_file():

@@ -132,7 +132,7 @@ def tokenizer_files(recipe: Recipe) -> tuple[str, ...]:
     return recipe.tokenizer.files
 
 
-def is_prepared(recipe: Recipe, models_dir: Path | None = None) -> bool:
+def is_prepared(recipe: Recipe, models_dir: Path) -> bool:
     """Whether `prepare` has nothing to do: the folder complete, every copy equal to its source."""
     try:
         check_folder(recipe, models_dir)
@@ -142,7 +142,7 @@ def is_prepared(recipe: Recipe, models_dir: Path | None = None) -> bool:
     return all(filecmp.cmp(lay.tokenizer_dir / n, lay.drafter_dir / n, shallow=False) for n in tokenizer_files(recipe))
 
 
-def prepare(recipe: Recipe, models_dir: Path | None = None) -> DrafterFolder:
+def prepare(recipe: Recipe, models_dir: Path) -> DrafterFolder:
     """Copy the tokenizer files into the drafter folder and check the folder is complete."""
     names = tokenizer_files(recipe)
     drafter_dir, _ = require_pulled(recipe, "drafter", models_dir)
@@ -156,7 +156,7 @@ def prepare(recipe: Recipe, models_dir: Path | None = None) -> DrafterFolder:
     return DrafterFolder(str(drafter_dir), str(tok_dir), copied, same, facts)
 
 
-def check_folder(recipe: Recipe, models_dir: Path | None = None) -> dict[str, Any]:
+def check_folder(recipe: Recipe, models_dir: Path) -> dict[str, Any]:
     """For `convert`: every file present and the pair consistent; returns the drafter facts."""
     lay = layout(recipe, models_dir)
     need = [lay.drafter_dir / f for f in (*recipe.drafter.files, *recipe.tokenizer.files)]

@@ -134,11 +134,12 @@ def _gguf_tensors(path: Path) -> list[tuple[str, int]]:
     return [(t.name, int(t.n_bytes)) for t in reader.tensors]
 
 
-def default_weights(recipe: Recipe, target_type: str | None = None, draft_type: str = "q4_k") -> Weights:
-    """The pulled GGUFs' tensors when both are on disk, else the recipe geometry at its quant."""
+def default_weights(recipe: Recipe, models_dir: Path, target_type: str | None = None,
+                    draft_type: str = "q4_k") -> Weights:
+    """The pulled GGUFs' tensors when both are in `models_dir`, else the recipe geometry at its quant."""
     from buun_tool import pull
 
-    lay = pull.layout(recipe)
+    lay = pull.layout(recipe, models_dir)
     drafter = lay.drafter_gguf()
     if target_type is None and lay.target_gguf.is_file() and drafter.is_file():
         return weights_from_files(lay.target_gguf, drafter)
@@ -343,11 +344,12 @@ class ContextChoice:
         return asdict(self)
 
 
-def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: bool,
+def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: bool, models_dir: Path,
                    gpus: list[build.Gpu] | None = None) -> ContextChoice:
     """-c from the merged llama-server flags: a number given on the command line or pinned by the
     recipe is kept; `fit` (or none) is the largest context `buun fit` finds for the GPU here, with
-    the flags' KV types, draft and batch sizes; without a GPU (or with -ngl 0), FitFlags' default."""
+    the flags' KV types, draft and batch sizes and the models in `models_dir` (as `buun fit
+    --models-dir` weighs them); without a GPU (or with -ngl 0), FitFlags' default."""
     given = next((flags[n] for n in ("-c", "--ctx-size") if n in flags), FIT)
     if str(given) != FIT:
         if not str(given).isdigit():
@@ -363,7 +365,7 @@ def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: 
         return ContextChoice(default, "no GPU found to fit: buun's default")
     gpu, gib = gpus[0], gpus[0].memory_mib / 1024
     fit_flags = replace(flags_from_server_flags(flags), rollback=patches.rollback_from_env())
-    best = max_context(recipe, fit_flags, gib, MARGIN_GIB, weights=default_weights(recipe))
+    best = max_context(recipe, fit_flags, gib, MARGIN_GIB, weights=default_weights(recipe, models_dir))
     if not best:
         return ContextChoice(default, f"no context fits the {gpu.name} ({gib:.1f} GiB) with these flags: "
                              f"buun's default; `buun fit {recipe.name}` shows what would fit")

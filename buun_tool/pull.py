@@ -42,7 +42,7 @@ from huggingface_hub.file_download import http_get
 from huggingface_hub.utils import build_hf_headers
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-from buun_tool import console, paths
+from buun_tool import console
 from buun_tool.errors import DISK_FULL, BuunError, Exit, NotReadyError
 from buun_tool.fsutil import write_json_atomic
 from buun_tool.recipes import Recipe, RepoSpec
@@ -81,8 +81,9 @@ def repo_folder(repo: str) -> str:
     return repo.replace("/", "--")
 
 
-def layout(recipe: Recipe, models_dir: Path | None = None) -> Layout:
-    root = Path(models_dir).expanduser() if models_dir else paths.models_dir()
+def layout(recipe: Recipe, models_dir: Path) -> Layout:
+    """Where `recipe`'s models lie in `models_dir` (the folder the command resolved: paths.models_dir)."""
+    root = models_dir
     dirs = {role: root / role / repo_folder(spec.repo) for role, spec in recipe.repos().items()}
     return Layout(
         root=root,
@@ -106,7 +107,7 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else None
 
 
-def require_pulled(recipe: Recipe, role: str, models_dir: Path | None = None) -> tuple[Path, dict[str, Any]]:
+def require_pulled(recipe: Recipe, role: str, models_dir: Path) -> tuple[Path, dict[str, Any]]:
     """For later stages: a role's folder and manifest, or an error saying to pull."""
     folder = layout(recipe, models_dir).role_dir(role)
     manifest = read_manifest(folder)
@@ -490,7 +491,7 @@ def _offline_result(recipe: Recipe, role: str, folder: Path) -> RoleResult:
     return RoleResult(role, spec.repo, spec.revision, manifest.get("commit"), str(folder), list(spec.files), [], 0)
 
 
-def pull(recipe: Recipe, models_dir: Path | None = None, roles: tuple[str, ...] = ROLES,
+def pull(recipe: Recipe, models_dir: Path, roles: tuple[str, ...] = ROLES,
          verify: bool = False, on_plan: Callable[[list[RepoPlan]], None] | None = None) -> PullResult:
     """Download (or confirm) every file of the recipe's repos for `roles`."""
     lay = layout(recipe, models_dir)

@@ -36,7 +36,7 @@ SMOKE_TOKENS = 128
 @dataclass
 class Context:
     recipe: Recipe
-    models_dir: Path | None = None
+    models_dir: Path  # resolved once by the command (paths.models_dir): every stage uses this folder
     cpu: bool = False
     host: str = spec_mod.DEFAULT_HOST
     port: int = spec_mod.DEFAULT_PORT
@@ -107,7 +107,7 @@ def _quiet(check: Callable[[], Any]) -> bool:
 # --- the stages -----------------------------------------------------------------------------
 
 def _doctor(ctx: Context) -> None:
-    checks = doctor.run_checks(ctx.recipe, cpu_only=ctx.cpu)
+    checks = doctor.run_checks(ctx.recipe, ctx.models_dir, cpu_only=ctx.cpu)
     failed = [c for c in checks if c.failed]
     if failed:
         raise BuunError("the machine is not ready:\n  " + "\n  ".join(f"{c.name}: {c.detail}" for c in failed),
@@ -185,10 +185,8 @@ def _convert_inputs(ctx: Context) -> dict[str, Any]:
 
 
 def _serve(ctx: Context) -> spec_mod.LaunchSpec:
-    lay = ctx.layout
-    spec, key = spec_mod.resolve(str(ctx.recipe.source), model=lay.target_gguf, draft=lay.drafter_gguf(),
-                                 host=ctx.host, port=ctx.port, extra=_server_args(ctx), api_key=ctx.api_key,
-                                 no_api_key=ctx.no_api_key)
+    spec, key = spec_mod.resolve(str(ctx.recipe.source), models_dir=ctx.models_dir, host=ctx.host, port=ctx.port,
+                                 extra=_server_args(ctx), api_key=ctx.api_key, no_api_key=ctx.no_api_key)
     inst = instance.Instance(spec.name)
     current = control.status(inst, key)
     if current.get("state") == "ready" and _same_launch(inst, spec):
@@ -349,7 +347,7 @@ def plan(ctx: Context) -> list[PlanRow]:
     # that it compares equal to the command of a server that runs
     overrides = command.parse_args(_server_args(ctx))
     flags, secrets = command.take_secrets(command.merge(command.recipe_flags(ctx.recipe.server_flags), overrides))
-    flags, _ = spec_mod.with_context(ctx.recipe, flags, overrides)
+    flags, _ = spec_mod.with_context(ctx.recipe, flags, overrides, ctx.models_dir)
     argv = command.server_argv(binary, str(lay.target_gguf), str(lay.drafter_gguf()), ctx.host, ctx.port, flags,
                                alias=ctx.recipe.name)
     key = ctx.api_key or secrets.get("--api-key")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from buun_tool import paths
 from buun_tool.cli.app import app
 from buun_tool.errors import NotReadyError, UsageError
 from buun_tool.server import command, spec
@@ -142,14 +143,18 @@ def test_default_models_says_what_to_run() -> None:
 
     recipe = recipes.load()
     with pytest.raises(NotReadyError) as exc:
-        spec.default_models(recipe)
+        spec.default_models(recipe, paths.models_dir())
     assert "buun pull" in str(exc.value.hint)
-    target = pull.layout(recipe).target_gguf  # pulled, but the drafter not converted yet
+    target = pull.layout(recipe, paths.models_dir()).target_gguf  # pulled, but the drafter not converted yet
     target.parent.mkdir(parents=True)
     target.write_bytes(b"GGUF")
     with pytest.raises(NotReadyError) as exc:
-        spec.default_models(recipe)
+        spec.default_models(recipe, paths.models_dir())
     assert "buun convert" in str(exc.value.hint)
+
+
+# the target and drafter given by path (--model, --draft): no models folder is read
+_GIVEN = {"models_dir": Path("/m"), "model": Path("/m/t.gguf"), "draft": Path("/m/d.gguf")}
 
 
 # --- through the CLI ------------------------------------------------------------------------
@@ -218,7 +223,7 @@ class TestPrintCmd:
         """The command with the paths the models will have, and a word that they are not there yet."""
         from buun_tool import recipes
 
-        target, draft = spec.default_paths(recipes.load())
+        target, draft = spec.default_paths(recipes.load(), paths.models_dir())
         r = CliRunner().invoke(app, ["serve", "--print-cmd"])
         assert r.exit_code == 0, r.output
         assert r.stdout.startswith(f"{fake_bin}/llama-server -m {target} -md {draft} --spec-type dflash ")
@@ -233,8 +238,7 @@ class TestPrintCmd:
 
 
 def test_spec_round_trips_through_json(fake_bin: Path) -> None:
-    s, key = spec.resolve(None, model=Path("/m/t.gguf"), draft=Path("/m/d.gguf"),
-                          extra=["--api-key", "zz-secret-zz", "-c", "9"])
+    s, key = spec.resolve(None, **_GIVEN, extra=["--api-key", "zz-secret-zz", "-c", "9"])
     assert key == "zz-secret-zz"
     saved = json.dumps(s.to_json())
     assert "zz-secret-zz" not in saved
@@ -242,7 +246,7 @@ def test_spec_round_trips_through_json(fake_bin: Path) -> None:
 
 
 def test_error_hints_know_which_recipe_flags_the_user_replaced(fake_bin: Path) -> None:
-    s, _ = spec.resolve(None, model=Path("/m/t.gguf"), draft=Path("/m/d.gguf"), extra=["--ctx-size", "1"])
+    s, _ = spec.resolve(None, **_GIVEN, extra=["--ctx-size", "1"])
     assert "-c" not in s.recipe_flags and "-cd" in s.recipe_flags and "--jinja" in s.recipe_flags
 
 
@@ -252,7 +256,7 @@ def _user_recipe(name: str, flags: dict[str, object], **top: object) -> Path:
     """The shipped recipe under another name in the user's recipe folder, with extra server flags."""
     import yaml
 
-    from buun_tool import paths, recipes
+    from buun_tool import recipes
 
     data = yaml.safe_load(recipes.load().source.read_text())
     data.update(name=name, **top)
@@ -272,7 +276,7 @@ class TestRecipeSecrets:
         the key to LLAMA_API_KEY and the token to HF_TOKEN (llama-server's own variables)."""
         monkeypatch.setenv("HF_TOKEN", "before")  # restored after the test
         _user_recipe("keyed", {"--api-key": self.KEY, "--hf-token": self.TOKEN})
-        s, key = spec.resolve("keyed", model=Path("/m/t.gguf"), draft=Path("/m/d.gguf"))
+        s, key = spec.resolve("keyed", **_GIVEN)
         assert key == self.KEY
         for text in (" ".join(s.argv), json.dumps(s.to_json())):
             assert self.KEY not in text and self.TOKEN not in text
@@ -282,7 +286,7 @@ class TestRecipeSecrets:
 
     def test_command_line_key_replaces_the_recipe_key(self, fake_bin: Path) -> None:
         _user_recipe("keyed", {"--api-key": self.KEY})
-        _, key = spec.resolve("keyed", model=Path("/m/t.gguf"), draft=Path("/m/d.gguf"), extra=["--api-key", "other"])
+        _, key = spec.resolve("keyed", **_GIVEN, extra=["--api-key", "other"])
         assert key == "other"
 
     def test_print_cmd_masks_a_recipe_key(self, fake_bin: Path) -> None:
@@ -334,10 +338,36 @@ class TestExposure:
         """A stopped instance is started again from spec.json, which holds no key."""
         from buun_tool.server.instance import Instance
 
-        s, _ = spec.resolve(None, name="open", model=Path("/m/t.gguf"), draft=Path("/m/d.gguf"), host="0.0.0.0",
-                            api_key="k")
+        s, _ = spec.resolve(None, name="open", **_GIVEN, host="0.0.0.0", api_key="k")
         Instance("open").write_spec(s.to_json())
         r = CliRunner().invoke(app, ["restart", "open"])
         assert r.exit_code == 2 and "--no-api-key" in flat(r.stderr)
         s.no_api_key = True  # said at `buun start --no-api-key`: kept in the spec, so a restart may
         spec.check_exposure(spec.LaunchSpec.from_json(json.loads(json.dumps(s.to_json()))), None)
+
+
+class TestModelsFolder:
+    """The launch records the models folder it took the recipe's models from; `buun restart
+    --models-dir` takes them from another one."""
+
+    def test_a_launch_from_the_folder_records_it(self, fake_bin: Path, tmp_path: Path) -> None:
+        s, _ = spec.resolve(None, models_dir=tmp_path, need_models=False)
+        assert s.models_dir == str(tmp_path) and s.target.startswith(f"{tmp_path}/target/")
+        moved = spec.with_models_dir(s, tmp_path / "other")
+        assert moved.models_dir == str(tmp_path / "other") and moved.draft.startswith(f"{tmp_path}/other/gguf/")
+        assert (moved.flags, moved.name) == (s.flags, s.name)
+
+    def test_models_given_by_path_have_no_folder_to_move(self, fake_bin: Path) -> None:
+        s, _ = spec.resolve(None, **_GIVEN)
+        assert s.models_dir is None
+        with pytest.raises(UsageError, match="serves models given by path"):
+            spec.with_models_dir(s, Path("/elsewhere"))
+
+    def test_restart_from_a_folder_without_the_models_says_so(self, fake_bin: Path, tmp_path: Path) -> None:
+        from buun_tool.server.instance import Instance
+
+        s, _ = spec.resolve(None, name="moved", models_dir=tmp_path, need_models=False)
+        Instance("moved").write_spec(s.to_json())
+        r = CliRunner().invoke(app, ["restart", "moved", "--models-dir", str(tmp_path / "empty")])
+        assert r.exit_code == 3 and f"{tmp_path}/empty/target/" in flat(r.stderr)
+        assert Instance("moved").read_spec()["models_dir"] == str(tmp_path)  # nothing changed

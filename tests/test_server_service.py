@@ -130,3 +130,27 @@ def test_uninstall(unit_env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
                                         ("$HOME", "$$HOME"), ('say "hi"', '"say \\"hi\\""')])
 def test_exec_start_quoting(arg: str, quoted: str) -> None:
     assert service.quote(arg) == quoted
+
+
+def test_the_unit_serves_the_recipe_models_from_the_folder_resolved_at_install(
+        unit_env: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --model/--draft the unit gets the models folder this command resolved (option or
+    BUUN_MODELS_DIR), as an absolute --models-dir, not whatever its environment says later."""
+    from buun_tool import convert, pull, recipes
+
+    models = tmp_path / "models"
+    lay = pull.layout(recipes.load(), models)
+    for f in (lay.target_gguf, lay.drafter_gguf(), convert.provenance_path(lay.drafter_gguf())):
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(b"GGUF")
+    by_option = CliRunner().invoke(app, ["service", "install", "--name", "opt", "--models-dir", str(models)])
+    monkeypatch.setenv("BUUN_MODELS_DIR", str(models))
+    by_env = CliRunner().invoke(app, ["service", "install", "--name", "env"])
+    for name, r in (("opt", by_option), ("env", by_env)):
+        assert r.exit_code == 0, r.output
+        argv = exec_start((unit_env["dir"] / f"buun-{name}.service").read_text())
+        assert argv[argv.index("--models-dir") + 1] == str(models)
+        monkeypatch.setenv("BUUN_MODELS_DIR", str(tmp_path / "not-there"))  # the unit's serve does not look here
+        shown = subprocess.run([*argv, "--print-cmd"], capture_output=True, text=True, cwd=ROOT)
+        assert shown.returncode == 0 and f" -m {lay.target_gguf} -md {lay.drafter_gguf()} " in shown.stdout
+        assert "does not exist" not in shown.stderr

@@ -182,6 +182,12 @@ class TestCli:
         assert info["target"]["arch"] == "qwen35" and info["drafter"]["tensors"] == 58
         assert list(tmp_path.iterdir()) == []
 
+    def test_writes_into_the_models_folder_by_default(self, tmp_path: Path) -> None:
+        res = CliRunner().invoke(app, ["synth", "--scale", "tiny", "--models-dir", str(tmp_path), "--json"])
+        assert res.exit_code == 0, res.output
+        files = json.loads(res.stdout)["files"]
+        assert Path(files["target"]).parent == tmp_path / "synthetic" and Path(files["drafter"]).is_file()
+
     def test_writes_the_pair(self, tmp_path: Path) -> None:
         res = CliRunner().invoke(app, ["synth", "--scale", "tiny", "--out", str(tmp_path), "--json"])
         assert res.exit_code == 0, res.output

@@ -29,6 +29,7 @@ import typer
 from rich.table import Table
 
 from buun_tool import bench, build, chart, compare, console, fit, patches, paths, recipes, report, synth
+from buun_tool.cli.options import ModelsDirOpt
 from buun_tool.errors import NotReadyError, UsageError
 
 RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file (default: qwen3.5-27b-dflash).",
@@ -39,10 +40,6 @@ ScaleOpt = Annotated[str | None, typer.Option(
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 # --rollback's values; typer refuses any other by name (the environment's is checked by patches)
 Rollback = Enum("Rollback", {name: name for name in patches.ROLLBACKS}, type=str)
-
-
-def _synth_dir() -> Path:
-    return paths.synthetic_models_dir()
 
 
 def _default_scale(scale: str | None) -> str:
@@ -67,6 +64,7 @@ def synth_cmd(
     recipe: RecipeArg = None,
     out: Annotated[Path | None, typer.Option("--out", help="Folder for the GGUFs (default: <models>/synthetic).",
                                              show_default=False)] = None,
+    models_dir: ModelsDirOpt = None,
     scale: Annotated[str, typer.Option("--scale", help="full (~16.5 GB + 1 GB) or tiny (~100 MB).")] = "full",
     seed: Annotated[int, typer.Option("--seed", help="Same seed, same bytes.")] = 0,
     target_type: Annotated[str, typer.Option("--target-type", help=f"One of {', '.join(synth.TARGET_TYPES)}.")
@@ -81,7 +79,7 @@ def synth_cmd(
     plan = synth.plan_pair(r, scale, target_type, draft_type, seed)
     info = {"target": synth.summary(plan.target), "drafter": synth.summary(plan.drafter)}
     if not dry_run:
-        out_dir = out or _synth_dir()
+        out_dir = out or paths.synthetic_models_dir(paths.models_dir(models_dir))
         t0 = time.monotonic()
         files = synth.write_pair(r, out_dir, scale, seed, target_type, draft_type)
         info["files"] = {"target": str(files[0]), "drafter": str(files[1])}
@@ -106,12 +104,12 @@ def synth_cmd(
 
 # --- bench -----------------------------------------------------------------------------------
 
-def _bench_models(r: recipes.Recipe, target: Path | None, drafter: Path | None, scale: str | None
-                  ) -> tuple[Path, Path | None, str]:
+def _bench_models(r: recipes.Recipe, target: Path | None, drafter: Path | None, scale: str | None,
+                  models: Path) -> tuple[Path, Path | None, str]:
     if target:
         return target, drafter, f"models: {target.name}" + (f" + {drafter.name}" if drafter else "")
     s = _default_scale(scale)
-    t, d = synth.write_pair(r, _synth_dir(), scale=s)
+    t, d = synth.write_pair(r, paths.synthetic_models_dir(models), scale=s)
     return t, d, f"synthetic {s} models (random weights)"
 
 
@@ -122,6 +120,7 @@ def bench_cmd(
     drafter: Annotated[Path | None, typer.Option("--drafter", help="DFlash drafter GGUF.", show_default=False)
                        ] = None,
     scale: ScaleOpt = None,
+    models_dir: ModelsDirOpt = None,
     url: Annotated[str | None, typer.Option("--url", help="Benchmark this running llama-server instead.",
                                             show_default=False)] = None,
     suite: Annotated[str, typer.Option("--suite", help="Comma-separated: code, math, prose.")] = "code,math,prose",
@@ -173,7 +172,8 @@ def bench_cmd(
     synthetic_al = bench.synthetic_lengths(synthetic_al, al_sweep) or None
     r = recipes.load(recipe)
     dgeo = r.geometry_at("full").drafter
-    t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale)
+    models = paths.models_dir(models_dir)
+    t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale, models)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = out or paths.bench_dir() / stamp
     flags = bench.ServerFlags(ctx=ctx, n_gpu_layers=99, draft_max=draft_max or dgeo.block_size - 1,
@@ -301,11 +301,16 @@ def fit_cmd(
     measure_: Annotated[bool, typer.Option("--measure", help="Also load the synthetic pair in the real "
                                            "llama-server and read what it allocates.")] = False,
     scale: ScaleOpt = None,
+    models_dir: ModelsDirOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Predict GPU memory by component; say whether it fits, the largest context, and what makes it fit."""
+    """Predict GPU memory by component; say whether it fits, the largest context, and what makes it fit.
+
+    The weights are those of the recipe's GGUFs in the models folder once pulled and converted,
+    else the exact tensor list of its geometry; --measure loads the synthetic pair from there."""
     rollback_name = rollback.value if rollback else patches.rollback_from_env()
     r = recipes.load(recipe)
+    models = paths.models_dir(models_dir)
     base = fit.flags_from_recipe(r)
     kv = ctk or base.cache_type_k
     flags = replace(base, ctx=ctx or base.ctx, cache_type_k=kv, cache_type_v=ctv or (kv if ctk else base.cache_type_v),
@@ -314,13 +319,13 @@ def fit_cmd(
                     ubatch=ubatch or base.ubatch, batch=batch or base.batch, n_parallel=parallel or base.n_parallel,
                     rollback=rollback_name)
     gpu_gib = gpu_mem or _default_gpu_gib()
-    weights = fit.default_weights(r)
+    weights = fit.default_weights(r, models)
     pred = fit.predict(r, flags, weights=weights)
     report = {"gpu_gib": gpu_gib, "margin_gib": margin, "fits": fit.fits(pred, gpu_gib, margin),
               "max_ctx": fit.max_context(r, flags, gpu_gib, margin, weights=weights),
               "prediction": pred.to_json(), "weights": weights.source,
               "knobs": fit.knobs(r, flags, gpu_gib, margin, weights=weights)}
-    measured, compared = _measure(r, flags, scale) if measure_ else (None, None)
+    measured, compared = _measure(r, flags, scale, models) if measure_ else (None, None)
     if json_out:
         report["knobs"] = [{"change": k.change, "total_gib": k.total_bytes / fit.GIB, "max_ctx": k.max_ctx}
                            for k in report["knobs"]]
@@ -334,11 +339,11 @@ def fit_cmd(
         console.info(f"measured with: {shlex.join(measured.command)}\n  log: {measured.log_path}")
 
 
-def _measure(r: recipes.Recipe, flags: fit.FitFlags, scale: str | None
+def _measure(r: recipes.Recipe, flags: fit.FitFlags, scale: str | None, models: Path
              ) -> tuple[fit.Measurement, fit.Prediction]:
     """The real llama-server's buffers, and the prediction for exactly what was loaded."""
     s = _default_scale(scale)
-    measured = fit.measure(r, flags, _synth_dir(), paths.state_dir() / "fit", scale=s)
+    measured = fit.measure(r, flags, paths.synthetic_models_dir(models), paths.state_dir() / "fit", scale=s)
     weights = fit.weights_from_plan(r, s, "q4_k_m", "q4_k")
     return measured, fit.predict(r, measured.flags, scale=s, weights=weights, cuda=bool(build.detect_gpus()))
 

@@ -1,12 +1,13 @@
 """`buun serve`, `start`, `stop`, `restart`, `status`, `logs`, `service`: run llama-server with DFlash.
 
-    buun serve [RECIPE] [--model T.gguf --draft D.gguf] [--port 8080] [-- LLAMA-SERVER FLAGS]
+    buun serve [RECIPE] [--models-dir DIR | --model T.gguf --draft D.gguf] [--port 8080] [-- LLAMA-SERVER FLAGS]
                                           supervise in the foreground (Ctrl-C stops)
     buun serve --host 0.0.0.0 --api-key KEY   other machines may connect (without a key: --no-api-key)
     buun serve --print-cmd [-- -c 4096]   show the llama-server command (secrets masked; models may be missing)
     buun start [RECIPE] [same options]    the same supervisor, detached; returns once ready
     buun stop [NAME] [--all]              SIGTERM, grace, SIGKILL: no process left behind
-    buun restart [NAME]                   relaunch llama-server (a stopped instance: start it again)
+    buun restart [NAME] [--models-dir DIR]   relaunch llama-server (a stopped instance: start it again);
+                                          with --models-dir, the recipe's models from that folder
     buun status [NAME] [--json]           state, PID, uptime, restarts, health, slots, DFlash figures
     buun logs [NAME] [-f] [-n 50]         llama-server's output and the supervisor's events
     buun service install [RECIPE] [same options] [--now]   a systemd user unit running `buun serve`
@@ -24,7 +25,8 @@ from typing import Annotated, Any
 
 import typer
 
-from buun_tool import console
+from buun_tool import console, paths
+from buun_tool.cli.options import ModelsDirOpt
 from buun_tool.errors import Exit, UsageError
 from buun_tool.server import command, control, logfile, service
 from buun_tool.server import spec as spec_mod
@@ -104,8 +106,9 @@ def _printer(spec: spec_mod.LaunchSpec):
 
 def serve(
     ctx: typer.Context, recipe: RecipeArg = None, name: NameOpt = None, model: ModelOpt = None,
-    draft: DraftOpt = None, host: HostOpt = spec_mod.DEFAULT_HOST, port: PortOpt = spec_mod.DEFAULT_PORT,
-    api_key: ApiKeyOpt = None, no_api_key: NoKeyOpt = False, drop: DropOpt = None,
+    draft: DraftOpt = None, models_dir: ModelsDirOpt = None, host: HostOpt = spec_mod.DEFAULT_HOST,
+    port: PortOpt = spec_mod.DEFAULT_PORT, api_key: ApiKeyOpt = None, no_api_key: NoKeyOpt = False,
+    drop: DropOpt = None,
     print_cmd: Annotated[bool, typer.Option("--print-cmd", help="Print the llama-server command and exit.")] = False,
     ready_timeout: ReadyTimeout = _P.ready_timeout, health_interval: HealthInterval = _P.health_interval,
     health_timeout: HealthTimeout = _P.health_timeout, health_failures: HealthFailures = _P.health_failures,
@@ -119,11 +122,12 @@ def serve(
     Flags after `--` go to llama-server, replacing the recipe's in any spelling: `buun serve -- -c 4096`.
     `--drop FLAG` leaves a recipe flag out."""
     recipe, extra = _split_extra(ctx, recipe)
+    models = paths.models_dir(models_dir)
     policy = _policy(ready_timeout, health_interval, health_timeout, health_failures, max_crashes, crash_window,
                      backoff, backoff_max, stop_timeout, log_max_mb, log_keep)
-    spec, key = spec_mod.resolve(recipe, name=name, model=model, draft=draft, host=host, port=port, extra=extra,
-                                 drops=drop, api_key=api_key, no_api_key=no_api_key, policy=policy,
-                                 need_models=not print_cmd)
+    spec, key = spec_mod.resolve(recipe, models_dir=models, name=name, model=model, draft=draft, host=host,
+                                 port=port, extra=extra, drops=drop, api_key=api_key, no_api_key=no_api_key,
+                                 policy=policy, need_models=not print_cmd)
     if print_cmd:  # also before the models exist: the command shows the paths they will have
         console.out.print(command.display(spec.argv, key), markup=False)
         for problem in spec.missing_files():
@@ -145,8 +149,9 @@ def serve(
 
 def start(
     ctx: typer.Context, recipe: RecipeArg = None, name: NameOpt = None, model: ModelOpt = None,
-    draft: DraftOpt = None, host: HostOpt = spec_mod.DEFAULT_HOST, port: PortOpt = spec_mod.DEFAULT_PORT,
-    api_key: ApiKeyOpt = None, no_api_key: NoKeyOpt = False, drop: DropOpt = None,
+    draft: DraftOpt = None, models_dir: ModelsDirOpt = None, host: HostOpt = spec_mod.DEFAULT_HOST,
+    port: PortOpt = spec_mod.DEFAULT_PORT, api_key: ApiKeyOpt = None, no_api_key: NoKeyOpt = False,
+    drop: DropOpt = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Return once ready (or failed).")] = True,
     ready_timeout: ReadyTimeout = _P.ready_timeout, health_interval: HealthInterval = _P.health_interval,
     health_timeout: HealthTimeout = _P.health_timeout, health_failures: HealthFailures = _P.health_failures,
@@ -159,10 +164,12 @@ def start(
 
     Takes the options of `buun serve`, flags after `--` included; returns once the server is ready."""
     recipe, extra = _split_extra(ctx, recipe)
+    models = paths.models_dir(models_dir)
     policy = _policy(ready_timeout, health_interval, health_timeout, health_failures, max_crashes, crash_window,
                      backoff, backoff_max, stop_timeout, log_max_mb, log_keep)
-    spec, key = spec_mod.resolve(recipe, name=name, model=model, draft=draft, host=host, port=port, extra=extra,
-                                 drops=drop, api_key=api_key, no_api_key=no_api_key, policy=policy)
+    spec, key = spec_mod.resolve(recipe, models_dir=models, name=name, model=model, draft=draft, host=host,
+                                 port=port, extra=extra, drops=drop, api_key=api_key, no_api_key=no_api_key,
+                                 policy=policy)
     spec_mod.check_exposure(spec, key)
     spec.check_files()
     console.step(f"starting {spec.name} on {spec.url}")
@@ -194,10 +201,16 @@ def stop(
 def restart(
     name: Annotated[str | None, typer.Argument(help="Instance (default: the only one running).")] = None,
     api_key: ApiKeyOpt = None,
+    models_dir: Annotated[Path | None, typer.Option(
+        "--models-dir", show_default=False,
+        help="Take the recipe's models from this folder instead of the one the instance was started with.")
+    ] = None,
 ) -> None:
     """Relaunch llama-server with the same settings (a stopped instance is started again)."""
     inst = control.resolve_name(name)
-    r = control.restart(inst, api_key, lambda text: console.info(f"    {text}"))
+    # unlike the other commands, no default: without the option the saved launch keeps its folder
+    folder = paths.models_dir(models_dir) if models_dir else None
+    r = control.restart(inst, api_key, lambda text: console.info(f"    {text}"), models_dir=folder)
     console.ok(f"{inst.name} is ready again (llama-server pid {r.server.pid if r.server else '?'})")
 
 
@@ -311,8 +324,8 @@ service_app = typer.Typer(help="Run the server as a systemd user service.", no_a
 @service_app.command("install", context_settings=_EXTRA)
 def service_install(
     ctx: typer.Context, recipe: RecipeArg = None, name: NameOpt = None, model: ModelOpt = None,
-    draft: DraftOpt = None, host: HostOpt = spec_mod.DEFAULT_HOST, port: PortOpt = spec_mod.DEFAULT_PORT,
-    no_api_key: NoKeyOpt = False, drop: DropOpt = None,
+    draft: DraftOpt = None, models_dir: ModelsDirOpt = None, host: HostOpt = spec_mod.DEFAULT_HOST,
+    port: PortOpt = spec_mod.DEFAULT_PORT, no_api_key: NoKeyOpt = False, drop: DropOpt = None,
     now: Annotated[bool, typer.Option("--now", help="Also enable and start it (systemctl --user).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Overwrite a unit with other settings.")] = False,
     ready_timeout: ReadyTimeout = _P.ready_timeout, health_interval: HealthInterval = _P.health_interval,
@@ -325,6 +338,7 @@ def service_install(
     """Write a systemd user unit that runs `buun serve` with these settings (started only with --now).
     For an API key, pass `-- --api-key-file FILE`: the key itself is never written into the unit."""
     recipe, extra = _split_extra(ctx, recipe)
+    models = paths.models_dir(models_dir)
     policy = _policy(ready_timeout, health_interval, health_timeout, health_failures, max_crashes, crash_window,
                      backoff, backoff_max, stop_timeout, log_max_mb, log_keep)
     in_args = command.take_secrets(command.parse_args(extra))[1]
@@ -334,8 +348,8 @@ def service_install(
     if os.environ.get(spec_mod.API_KEY_ENV):
         console.warn(f"the unit does not get {spec_mod.API_KEY_ENV}; for an API key pass `-- --api-key-file FILE`")
     # the key the unit's `buun serve` will have: only the recipe's (it reads the recipe again)
-    spec, key = spec_mod.resolve(recipe, name=name, model=model, draft=draft, host=host, port=port, extra=extra,
-                                 drops=drop, no_api_key=no_api_key, policy=policy)
+    spec, key = spec_mod.resolve(recipe, models_dir=models, name=name, model=model, draft=draft, host=host,
+                                 port=port, extra=extra, drops=drop, no_api_key=no_api_key, policy=policy)
     spec_mod.check_exposure(spec, key)
     args = [recipe or spec.recipe, "--name", spec.name, "--host", host, "--port", str(port)]
     if no_api_key:
@@ -344,6 +358,8 @@ def service_install(
         args += ["--model", spec.target]
     if draft:
         args += ["--draft", spec.draft]
+    if not (model and draft):  # the recipe's models, from the folder resolved here (not the unit's environment)
+        args += ["--models-dir", str(models)]
     for d in drop or []:
         args.append(f"--drop={d}")
     for field_name, value in vars(policy).items():

@@ -26,7 +26,7 @@ from buun_tool.fsutil import open_private
 from buun_tool.server import gpu, logfile, metrics, process
 from buun_tool.server.health import Probe, slots_summary
 from buun_tool.server.instance import Instance, all_instances, live
-from buun_tool.server.spec import API_KEY_ENV, LaunchSpec, check_exposure
+from buun_tool.server.spec import API_KEY_ENV, LaunchSpec, check_exposure, with_models_dir
 from buun_tool.server.state import Record, State
 
 Progress = Callable[[str], None]
@@ -198,21 +198,31 @@ def _policy_stop_timeout(inst: Instance) -> float | None:
 
 # --- restart ---------------------------------------------------------------------------------
 
-def restart(inst: Instance, api_key: str | None, progress: Progress | None = None) -> Record:
+def restart(inst: Instance, api_key: str | None, progress: Progress | None = None,
+            models_dir: Path | None = None) -> Record:
     """A live supervisor relaunches its server in place (SIGHUP: it keeps running under systemd
-    or a terminal); otherwise the saved spec is started again, detached."""
+    or a terminal); otherwise the saved spec is started again, detached. With `models_dir`, the
+    recipe's models come from that folder: a launch of its own, so a live supervisor is stopped
+    first and the spec saved with the new paths."""
     sup = _locking_supervisor(inst) if inst.is_locked() else None
     r = inst.read()
-    if sup is not None and r is not None:
+    data = inst.read_spec()
+    spec = LaunchSpec.from_json(data) if data is not None else None
+    if spec is not None and models_dir is not None and spec.models_dir != str(models_dir):
+        spec = with_models_dir(spec, models_dir)  # other files: a launch of its own, not a relaunch in place
+    elif sup is not None and r is not None:
         old = r.server.pid if r.server else None
         sup.send_signal(signal.SIGHUP)
         return wait_for(inst, r.run_id, sup, progress, server_not=old)
-    data = inst.read_spec()
-    if data is None:
+    if spec is None:
         raise UsageError(f"instance {inst.name} has never been started", "use `buun start` first")
-    spec = LaunchSpec.from_json(data)
+    key = api_key or os.environ.get(API_KEY_ENV)
+    check_exposure(spec, key)  # both before a running server is stopped for a launch that cannot start
+    spec.check_files()
+    if sup is not None:
+        stop(inst)
     spec.run_id = os.urandom(16).hex()
-    result = start_detached(spec, api_key or os.environ.get(API_KEY_ENV), True, progress)
+    result = start_detached(spec, key, True, progress)
     assert result is not None
     return result
 
