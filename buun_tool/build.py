@@ -25,6 +25,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from buun_tool import console, patches, paths, vendor
 from buun_tool.errors import BuunError, NotReadyError, UsageError
 from buun_tool.proc import git, run, run_logged
+from buun_tool.stage import StageStatus, current, stale
 
 # the tree patches' checks (CI on the CPU build, scripts/gpu_tree.sh on CUDA): test-tree-ssm the ops
 # of 0025 on every backend of the build, test-ddtree the builder of 0026, test-tree-decode 0027-0028
@@ -213,8 +214,8 @@ def read_stamp(variant: str) -> dict[str, object] | None:
         return None
 
 
-def _binaries_present(variant: str, targets: tuple[str, ...] | list[str]) -> bool:
-    return all((paths.build_dir(variant) / "bin" / t).is_file() for t in targets)
+def _missing_binaries(variant: str, targets: tuple[str, ...] | list[str]) -> list[str]:
+    return [t for t in targets if not (paths.build_dir(variant) / "bin" / t).is_file()]
 
 
 @dataclass
@@ -231,10 +232,29 @@ class BuildResult:
         return d
 
 
-def up_to_date(p: BuildPlan, stamp: dict[str, object] | None = None) -> bool:
-    """The binaries of `p` are there and were built from the tree, flags and compiler as they are now."""
-    stamp = stamp or _stamp_for(p, vendor.require_vendored())
-    return read_stamp(p.variant) == stamp and _binaries_present(p.variant, p.targets)
+# what each stamp key means, for the reason a build is stale
+_STAMP_KEYS = {"pin": "the pin", "source": "the patched source tree", "variant": "the variant",
+               "arch": "the CUDA architecture", "ui": "the web UI mode", "cmake_args": "the cmake flags",
+               "compiler": "the compiler", "nvcc": "the CUDA toolkit", "targets": "the programs built"}
+
+
+def stage_status(p: BuildPlan, stamp: dict[str, object] | None = None) -> StageStatus:
+    """The build stage's own answer: current when the binaries of `p` are there and its stamp says
+    they were built from the tree, flags and compiler as they are now."""
+    try:
+        want = stamp or _stamp_for(p, vendor.require_vendored())
+    except BuunError as exc:  # no tree to build yet, or no compiler
+        return stale(exc.message)
+    have = read_stamp(p.variant)
+    if have is None:
+        return stale(f"llama.cpp ({p.variant}) is not built in {p.build_dir}")
+    changed = [_STAMP_KEYS.get(k, k) for k in want if have.get(k) != want[k]]
+    if changed:
+        return stale(f"changed since the {p.variant} build: {', '.join(changed)}")
+    missing = _missing_binaries(p.variant, p.targets)
+    if missing:
+        return stale(f"missing from {p.build_dir / 'bin'}: {', '.join(missing)}")
+    return current(f"llama.cpp ({p.variant}) is built in {p.build_dir}")
 
 
 def build(p: BuildPlan, force: bool = False) -> BuildResult:
@@ -242,7 +262,7 @@ def build(p: BuildPlan, force: bool = False) -> BuildResult:
     patches.require_applied()  # before anything is configured or compiled
     stamp = _stamp_for(p, src)
     bdir = p.build_dir
-    if not force and up_to_date(p, stamp):
+    if not force and stage_status(p, stamp).current:
         console.ok(f"llama.cpp ({p.variant}) is up to date in {bdir}")
         return BuildResult(p.variant, bdir, False, 0.0, stamp)
     t0 = time.monotonic()
@@ -271,7 +291,7 @@ def build(p: BuildPlan, force: bool = False) -> BuildResult:
 
         run_logged(["cmake", "--build", bdir, "-j", str(p.jobs), "--target", *p.targets], log,
                    env=env, on_line=on_line, what="llama.cpp build", hint=hint)
-    if not _binaries_present(p.variant, p.targets):
+    if _missing_binaries(p.variant, p.targets):
         raise BuunError(f"the build finished but binaries are missing in {bdir / 'bin'}", f"see {log}")
     (bdir / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
     seconds = time.monotonic() - t0

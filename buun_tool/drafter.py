@@ -23,6 +23,7 @@ from buun_tool import console
 from buun_tool.errors import BuunError, NotReadyError, UsageError
 from buun_tool.pull import layout, require_pulled
 from buun_tool.recipes import Recipe
+from buun_tool.stage import StageStatus, current, stale
 
 DRAFTER_ARCHITECTURES = ("DFlashDraftModel", "DFlash2DraftModel")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
@@ -132,14 +133,19 @@ def tokenizer_files(recipe: Recipe) -> tuple[str, ...]:
     return recipe.tokenizer.files
 
 
-def is_prepared(recipe: Recipe, models_dir: Path) -> bool:
-    """Whether `prepare` has nothing to do: the folder complete, every copy equal to its source."""
+def stage_status(recipe: Recipe, models_dir: Path) -> StageStatus:
+    """The drafter stage's own answer: current when `prepare` has nothing to do, the folder
+    complete and every copy equal to its source."""
     try:
         check_folder(recipe, models_dir)
-    except BuunError:
-        return False
+    except BuunError as exc:
+        return stale(exc.message)
     lay = layout(recipe, models_dir)
-    return all(filecmp.cmp(lay.tokenizer_dir / n, lay.drafter_dir / n, shallow=False) for n in tokenizer_files(recipe))
+    differ = [n for n in tokenizer_files(recipe)
+              if not filecmp.cmp(lay.tokenizer_dir / n, lay.drafter_dir / n, shallow=False)]
+    if differ:
+        return stale(f"the drafter folder's copies differ from the tokenizer's: {', '.join(differ)}")
+    return current(f"{lay.drafter_dir} is complete")
 
 
 def prepare(recipe: Recipe, models_dir: Path) -> DrafterFolder:

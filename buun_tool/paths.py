@@ -1,7 +1,7 @@
 """Every place buun reads or writes, in one module.
 
 Two roots: the checkout (pin, patches, recipes, the vendored tree and its builds) and the
-user's XDG directories (models, caches, stage stamps, server state). Stages ask this module
+user's XDG directories (models, caches, server state). Stages ask this module
 for paths; none builds another stage's paths by hand.
 """
 
@@ -75,11 +75,6 @@ def models_dir(given: Path | None = None) -> Path:
     never resolve it again, so no two of them can disagree on where the models are."""
     folder = Path(given).expanduser() if given else _env_path("BUUN_MODELS_DIR", data_dir() / "models")
     return folder.absolute()
-
-
-def stamps_dir() -> Path:
-    """Completion stamps of the setup stages."""
-    return state_dir() / "stamps"
 
 
 def instances_dir() -> Path:

@@ -42,7 +42,7 @@ from huggingface_hub.file_download import http_get
 from huggingface_hub.utils import build_hf_headers
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-from buun_tool import console
+from buun_tool import console, stage
 from buun_tool.errors import DISK_FULL, BuunError, Exit, NotReadyError
 from buun_tool.fsutil import write_json_atomic
 from buun_tool.recipes import Recipe, RepoSpec
@@ -118,6 +118,27 @@ def require_pulled(recipe: Recipe, role: str, models_dir: Path) -> tuple[Path, d
         raise NotReadyError(f"the {role} ({spec.repo}) is not downloaded: missing {', '.join(missing)} in {folder}",
                             f"run `buun pull {recipe.name}`")
     return folder, manifest  # type: ignore[return-value]
+
+
+def stage_status(recipe: Recipe, models_dir: Path) -> stage.StageStatus:
+    """The pull stage's own answer, from its manifests (the Hub is not asked): current when every
+    role's folder holds the recipe's repo and revision, each file as `pull` verified it."""
+    lay = layout(recipe, models_dir)
+    for role, spec in recipe.repos().items():
+        folder = lay.role_dir(role)
+        manifest = read_manifest(folder)
+        if manifest is None:
+            return stage.stale(f"the {role} ({spec.repo}) is not downloaded to {folder}")
+        if (manifest.get("repo"), manifest.get("revision")) != (spec.repo, spec.revision):
+            return stage.stale(f"the {role} folder holds {manifest.get('repo')}@{manifest.get('revision')}; "
+                         f"the recipe names {spec.repo}@{spec.revision}")
+        for name in spec.files:
+            entry = manifest["files"].get(name)
+            if entry is None or not (folder / name).is_file():
+                return stage.stale(f"{folder / name} is not downloaded")
+            if not unchanged(folder / name, entry):
+                return stage.stale(f"{folder / name} changed on disk since it was verified")
+    return stage.current(f"the recipe's repos as verified, in {lay.root}")
 
 
 # --- what the Hub says ----------------------------------------------------------------------

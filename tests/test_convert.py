@@ -339,6 +339,45 @@ class TestConvert:
         log = (tmp_path / "server.log").read_text()
         assert "block_size=16, mask_token_id=248070, n_extract=3" in log
 
+    def test_after_llama_quantize_is_rebuilt_setup_and_convert_agree(
+            self, converted: Converted, models: Path, llama_bin: Path, tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch):
+        """llama-quantize rebuilt, simulated by what the records compare and without touching the
+        shared build: BUUN_BUILD_DIR points at a folder under tmp_path with a copy of the CPU
+        build's binaries and its stamp (so the build stage of a CPU setup is current), and beside it
+        the same binaries under a CUDA build's stamp, as after a `buun build` on a GPU machine:
+        buun's llama-quantize is now that build's, while the GGUF's provenance names the CPU one.
+        The setup plan and `buun convert` both say the conversion is stale, for the same reason;
+        once `buun convert` has re-quantized, both say it is current."""
+        from buun_tool import setup
+
+        stamp = build.read_stamp("cpu")
+        assert stamp is not None
+        builds = tmp_path / "build"
+        shutil.copytree(llama_bin, builds / "cpu" / "bin", symlinks=True)
+        (builds / "cpu" / build.STAMP).write_text(json.dumps(stamp))
+        (builds / "cuda").mkdir()
+        (builds / "cuda" / "bin").symlink_to(builds / "cpu" / "bin")
+        (builds / "cuda" / build.STAMP).write_text(json.dumps({**stamp, "variant": "cuda", "arch": "90"}))
+        monkeypatch.setenv("BUUN_BUILD_DIR", str(builds))
+        monkeypatch.delenv("BUUN_LLAMA_BIN_DIR", raising=False)
+        recipe = converted.recipe
+        ctx = setup.Context(recipe, models, cpu=True)
+
+        def plan() -> dict[str, setup.PlanRow]:
+            return {row.stage: row for row in setup.plan(ctx)}
+
+        assert build.find_binary("llama-quantize").parent == builds / "cuda" / "bin"
+        status = convert.stage_status(recipe, models)
+        assert not status.current and status.detail == "llama-quantize was rebuilt since (its build stamp changed)"
+        before = plan()
+        assert before["build"].action == "skip" and before["convert"].action == "run"
+        assert before["convert"].detail == status.detail
+        res = CliRunner().invoke(app, ["convert", str(recipe.source), "--models-dir", str(models), "--json"])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.stdout)["rebuilt"] and "llama-quantize was rebuilt" in _flat(res.stderr)
+        assert convert.stage_status(recipe, models).current and plan()["convert"].action == "skip"
+
     def test_convert_cli_reports_up_to_date(self, converted: Converted, models: Path):
         res = CliRunner().invoke(app, ["convert", str(converted.recipe.source), "--models-dir", str(models),
                                        "--json"])

@@ -56,7 +56,7 @@ def ran(proc: subprocess.CompletedProcess[str], stage: str) -> bool:
 
 
 def skipped(proc: subprocess.CompletedProcess[str], stage: str) -> bool:
-    return f"{stage}: done (inputs unchanged), skipped" in proc.stderr
+    return f"{stage}: current, skipped (" in proc.stderr
 
 
 def assert_every_stage_has_a_result_line(stderr: str) -> None:
@@ -69,7 +69,7 @@ def assert_every_stage_has_a_result_line(stderr: str) -> None:
                     for m in re.finditer("^(" + "|".join(map(re.escape, headers)) + ")", stderr, re.M))
     segments = {name: stderr[a:b] for (a, name), (b, _) in zip(starts, [*starts[1:], (len(stderr), "")], strict=True)}
     for stage in STAGES:
-        if f"{stage.name}: done (inputs unchanged), skipped" in stderr:
+        if f"{stage.name}: current, skipped (" in stderr:
             continue
         assert re.search(r"^ok ", segments.get(stage.name, ""), re.M), (stage.name, segments.get(stage.name))
 
@@ -194,9 +194,8 @@ def test_dry_run_shows_what_would_really_run(setup_env: tuple[Path, int]) -> Non
         assert rows[stage][0] == "skip", (stage, out.stdout)
     # skipped when the tree is as `make dev` built it (a developer's uncommitted edits make it run)
     if CPU:
-        want = ("skip", "build llama.cpp for the CPU: up to date") if build.up_to_date(build.plan(cpu=True)) \
-            else ("run", "build llama.cpp for the CPU")
-        assert rows["build"] == want
+        want = "skip" if build.stage_status(build.plan(cpu=True)).current else "run"
+        assert rows["build"] == (want, "build llama.cpp for the CPU")
     assert "to download" not in out.stdout  # nothing to fetch: no sizes asked of the Hub
     # --cpu: the CPU build and a server that offloads nothing
     cpu = run_setup(recipe_file, port, "--dry-run", "--cpu").stdout
