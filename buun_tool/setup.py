@@ -25,6 +25,7 @@ from buun_tool.errors import BuunError, Exit, NotReadyError, UsageError
 from buun_tool.recipes import Recipe
 from buun_tool.server import command, control, instance
 from buun_tool.server import spec as spec_mod
+from buun_tool.server.state import State
 from buun_tool.stage import StageStatus, stale
 
 SMOKE_PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
@@ -103,16 +104,15 @@ def _serve(ctx: Context) -> spec_mod.LaunchSpec:
     spec, key = spec_mod.resolve(str(ctx.recipe.source), models_dir=ctx.models_dir, host=ctx.host, port=ctx.port,
                                  extra=_server_args(ctx), api_key=ctx.api_key, no_api_key=ctx.no_api_key)
     inst = instance.Instance(spec.name)
-    current = control.status(inst, key)
-    if current.get("state") == "ready" and _same_launch(inst, spec):
+    state = control.status(inst, key).state
+    if state == State.READY and _same_launch(inst, spec):
         console.ok(f"{spec.name} is already running: {spec.url}")
         return spec
-    if current.get("state") not in (None, "stopped", "failed"):
+    if state not in (State.STOPPED, State.FAILED):
         console.step(f"{spec.name} runs with other settings: restarting it")
         control.stop(inst)
-    spec.check_files()
     console.step(f"starting {spec.name} on {spec.url}")
-    control.start_detached(spec, key, True, lambda text: console.info(f"    {text}"))
+    control.launch(spec, key, progress=lambda text: console.info(f"    {text}"))
     console.ok(f"{spec.name} is ready: {spec.url}")
     return spec
 
@@ -250,7 +250,7 @@ def _stage_row(ctx: Context, stage: Stage, running: list[str]) -> PlanRow:
 def _serve_row(ctx: Context, stage: Stage, argv: list[str]) -> PlanRow:
     inst = instance.Instance(ctx.recipe.name)
     running = inst.read_spec()
-    same = (control.status(inst).get("state") == "ready" and bool(running)
+    same = (control.status(inst).state == State.READY and bool(running)
             and spec_mod.LaunchSpec.from_json(running).argv == argv)
     return PlanRow(stage.name, "skip" if same else "run",
                    f"{ctx.recipe.name} is already running with this command" if same else stage.what)

@@ -371,3 +371,43 @@ class TestModelsFolder:
         r = CliRunner().invoke(app, ["restart", "moved", "--models-dir", str(tmp_path / "empty")])
         assert r.exit_code == 3 and f"{tmp_path}/empty/target/" in flat(r.stderr)
         assert Instance("moved").read_spec()["models_dir"] == str(tmp_path)  # nothing changed
+
+
+class TestOneLaunch:
+    """serve, start and service install take one bundle of options and resolve the same launch;
+    serve and start hand it to the same control.launch, serve with the supervisor in the foreground."""
+
+    ARGS = ("--name", "same", "--port", "9123", "--drop", "-cd", "--max-crashes", "4", "--", "-c", "2048")
+
+    def test_the_three_commands_resolve_one_launch(self, fake_bin: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+        from buun_tool.server import control
+        from buun_tool.server.instance import Instance
+
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+        models = tmp_path / "m"
+        models.mkdir()
+        for f in ("t.gguf", "d.gguf"):
+            (models / f).write_bytes(b"GGUF")
+        launched: dict[str, tuple] = {}
+
+        def launch(resolved: spec.LaunchSpec, key: str | None, **how) -> None:
+            launched["serve" if how.get("foreground") else "start"] = (resolved, how)
+
+        monkeypatch.setattr(control, "launch", launch)
+        given = ["--model", str(models / "t.gguf"), "--draft", str(models / "d.gguf"), *self.ARGS]
+        for cmd in ("serve", "start"):
+            r = CliRunner().invoke(app, [cmd, *given])
+            assert r.exit_code == 0, r.output
+        r = CliRunner().invoke(app, ["service", "install", *given])  # its unit runs the spec it saves
+        assert r.exit_code == 0, r.output
+
+        def settings(spec_json: dict) -> dict:
+            return {k: v for k, v in spec_json.items() if k != "run_id"}
+
+        serve_spec, start_spec = launched["serve"][0], launched["start"][0]
+        assert settings(serve_spec.to_json()) == settings(start_spec.to_json())
+        assert settings(serve_spec.to_json()) == settings(Instance("same").read_service_spec())
+        assert serve_spec.port == 9123 and serve_spec.policy.max_crashes == 4
+        assert dict(serve_spec.flags)["-c"] == "2048" and "-cd" not in dict(serve_spec.flags)
+        assert "wait" in launched["start"][1] and "foreground" not in launched["start"][1]

@@ -291,6 +291,6 @@ def test_one_models_folder_from_setup_to_serve_and_restart(setup_env: tuple[Path
     try:
         spec = Instance("by-option").read_spec()
         assert spec is not None and spec["draft"] == str(pull.layout(recipe, copy).drafter_gguf())
-        assert control.status(Instance("by-option"))["state"] == "ready"
+        assert control.status(Instance("by-option")).state == "ready"
     finally:
         _buun("stop", "by-option")
