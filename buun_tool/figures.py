@@ -3,6 +3,7 @@
     decode_speed(data)       tok/s per configuration with AR beside it, speedups in the bars
     acceptance(data)         acceptance per draft position, a line per DFlash row     (None: no DFlash row)
     al_sweep(data, bound)    tok/s against the synthetic AL, the bandwidth bound drawn (None: no synthetic AL)
+    tree_sweep(data)         tok/s and AL against the tree budget, the profile's AL   (None: no tree sweep)
     peak_memory(data)        peak GPU MiB per configuration                           (None: not sampled)
     bound(data)              the bandwidth bound and a line saying where its figures come from
 
@@ -35,6 +36,18 @@ def _groups(data: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _labels(data: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(row["label"] for row in data["summary"]))
+
+
+def build_of(row: dict[str, Any]) -> str:
+    """Whose llama-server a row ran on: "buun", or "upstream" (`--against upstream`; runs before it: buun)."""
+    return row.get("build") or "buun"
+
+
+def ar_tps(data: dict[str, Any], row: dict[str, Any]) -> float | None:
+    """The AR decode tok/s of the row's build on the row's suite and mode; None without one."""
+    ar = {c["name"] for c in data["configs"] if not c["spec"]}
+    return next((r["decode_tps"] for r in data["summary"] if r["config"] in ar and build_of(r) == build_of(row)
+                 and (r["suite"], r["mode"]) == (row["suite"], row["mode"]) and r["decode_tps"]), None)
 
 
 def decode_speed(data: dict[str, Any]) -> Figure:
@@ -94,28 +107,70 @@ def bound(data: dict[str, Any]) -> tuple[Bound | None, str]:
                f"{int(target) / 1e9:.2f} GB + drafter {int(drafter or 0) / 1e9:.2f} GB)")
 
 
+def _sweep_rows(data: dict[str, Any], x: dict[str, float], group: tuple[str, str]) -> list[dict[str, Any]]:
+    """A sweep's summary rows of one suite and mode with a decode speed, in the order of x (by config)."""
+    return sorted((r for r in data["summary"] if r["config"] in x and (r["suite"], r["mode"]) == group
+                   and r["decode_tps"]), key=lambda r: x[r["config"]])
+
+
 def al_sweep(data: dict[str, Any], b: Bound | None) -> Figure | None:
     synthetic = {c["name"]: c["synthetic_al"] for c in data["configs"] if c.get("synthetic_al") is not None}
     if not synthetic:
         return None
     lines = []
-    for i, (suite, mode) in enumerate(_groups(data)):
-        rows = sorted((r for r in data["summary"] if r["config"] in synthetic and (r["suite"], r["mode"]) ==
-                       (suite, mode) and r["decode_tps"]), key=lambda r: synthetic[r["config"]])
+    builds = list(dict.fromkeys(build_of(r) for r in data["summary"]))
+    for i, (build, (suite, mode)) in enumerate((b, g) for b in builds for g in _groups(data)):
+        rows = sorted((r for r in data["summary"] if r["config"] in synthetic and build_of(r) == build
+                       and (r["suite"], r["mode"]) == (suite, mode) and r["decode_tps"]),
+                      key=lambda r: synthetic[r["config"]])
+        if not rows:
+            continue
         # x is the AL the server measured (the forced one when /metrics gave none)
         xs = [r["mean_al"] if r["mean_al"] else synthetic[r["config"]] for r in rows]
         color = chart.PALETTE[(2 * i + 1) % len(chart.PALETTE)]
-        lines.append(chart.Line(f"DFlash {suite} {mode}", xs, [r["decode_tps"] for r in rows], color=color))
-        ar = next((r["decode_tps"] for r in data["summary"] if r["config"] == "ar" and
-                   (r["suite"], r["mode"]) == (suite, mode) and r["decode_tps"]), None)
+        name = f"{suite} {mode}" + ("" if build == "buun" else f", {build}")
+        lines.append(chart.Line(f"DFlash {name}", xs, [r["decode_tps"] for r in rows], color=color))
+        ar = ar_tps(data, rows[0])
         if ar:
-            lines.append(chart.Line(f"AR {suite} {mode}", list(AL_RANGE), [ar, ar], style=":", color=color))
+            lines.append(chart.Line(f"AR {name}", list(AL_RANGE), [ar, ar], style=":", color=color))
     if b is not None:
         xs = [AL_RANGE[0] + k * (AL_RANGE[1] - AL_RANGE[0]) / 18 for k in range(19)]
         lines.append(chart.Line(f"bandwidth bound ({b.bandwidth_gbs:g} GB/s)", xs, [b.tps(x) for x in xs],
                                 style="--", color="#000000"))
     return chart.line_chart("Decode tok/s against mean acceptance length (synthetic)", "mean acceptance length",
                             "decode tok/s", lines, subtitle=subtitle(data), x_lim=AL_RANGE, y_min=0)
+
+
+def tree_budgets(data: dict[str, Any]) -> dict[str, int]:
+    """The tree sweep's configurations (`buun bench --tree-budget`) and their budgets (0: the chain)."""
+    return {c["name"]: c["tree_budget"] for c in data["configs"] if c.get("tree_budget") is not None}
+
+
+def tree_sweep(data: dict[str, Any]) -> Figure | None:
+    """Decode tok/s (left) and the measured AL (right) against the budget, a line per suite and
+    mode, and the AL the profile expects (the same for every suite: it is what the server feigns)."""
+    budgets = tree_budgets(data)
+    if not budgets:
+        return None
+    speed, al = [], []
+    for i, group in enumerate(_groups(data)):
+        rows = _sweep_rows(data, budgets, group)
+        color = chart.PALETTE[(2 * i + 1) % len(chart.PALETTE)]
+        name = " ".join(group)
+        speed.append(chart.Line(f"tok/s {name}", [budgets[r["config"]] for r in rows],
+                                [r["decode_tps"] for r in rows], color=color))
+        measured = [r for r in rows if r["mean_al"]]
+        al.append(chart.Line(f"AL {name}", [budgets[r["config"]] for r in measured], [r["mean_al"] for r in measured],
+                             style="--s", color=color))
+    expected = sorted((c["tree_budget"], c["expected_al"]) for c in data["configs"]
+                      if c.get("tree_budget") is not None and c.get("expected_al") is not None)
+    if expected:
+        al.append(chart.Line("AL the profile expects", [b for b, _ in expected], [e for _, e in expected],
+                             style=":^", color="#000000"))
+    ticks = [(b, "chain" if b <= 1 else str(b)) for b in sorted(set(budgets.values()))]
+    return chart.twin_line_chart("Tree budget sweep: decode tok/s and acceptance length (synthetic tree profile)",
+                                 "tree budget (draft nodes verified per step)", chart.Axis("decode tok/s", speed),
+                                 chart.Axis("mean acceptance length", al), subtitle=subtitle(data), x_ticks=ticks)
 
 
 def peak_memory(data: dict[str, Any]) -> Figure | None:

@@ -14,11 +14,15 @@ attention on), following the pinned upstream's allocations:
 - recurrent state of the Gated DeltaNet layers, f32: the delta-net state (state_size x
   value_dim) and the conv window ((kernel - 1) x conv_dim) per sequence. With a drafter, patch
   0005's tape-replay rollback keeps 2 planes and a tape of n_rs_seq + 1 tokens (conv inputs, gate
-  and beta per delta-net layer), n_rs_seq being the unclamped --spec-draft-n-max; upstream's
-  snapshot rollback (LLAMA_RS_ROLLBACK=snapshot) keeps 1 + n_rs_seq planes.
+  and beta per delta-net layer), n_rs_seq being the unclamped --spec-draft-n-max, or the tree
+  budget where that is larger (patch 0029 raises it so that the tape holds a tree's verify);
+  upstream's snapshot rollback (LLAMA_RS_ROLLBACK=snapshot) keeps 1 + n_rs_seq planes.
 - the drafter's KV cache at its own context (-cd) or the target's.
+- the drafter's features: patch 0011 keeps the target's tapped layers of a verify on the device,
+  n_embd x taps x rows f32, rows the block size or a tree's verify where that is wider.
 - compute buffers: formulas fitted to llama-server's reported sizes (CPU build, full and tiny
-  synthetic models, several ubatch, context and n_max values; see _target_compute).
+  synthetic models, several ubatch, context and n_max values; see _target_compute). A tree
+  verifies budget + 1 tokens in one ubatch: its logits rows widen the target's buffer.
 - the CUDA context, cuBLAS and pool workspaces: calibrated on an H200 with the pinned upstream
   (nvidia-smi after load: 16.3 GiB AR, 19.7 GiB DFlash at -c 6048 -np 1, n_max 15).
 """
@@ -36,6 +40,9 @@ import gguf
 from buun_tool import build, console, patches, synth
 from buun_tool.errors import UsageError
 from buun_tool.recipes import DrafterGeometry, Recipe, TargetGeometry
+from buun_tool.server import command, gpu, process
+from buun_tool.server.command import Flag
+from buun_tool.server.local import LocalServer
 
 MIB = 2**20
 GIB = 2**30
@@ -50,6 +57,9 @@ CUDA_CONTEXT_MIB = 936
 DRAFT_CONTEXT_MIB = 145
 FIT = "fit"  # a recipe's `-c: fit`: the largest context that fits the GPU found at launch
 MARGIN_GIB = 0.25  # kept free on the GPU (display, fragmentation), here and in `buun fit`
+# llama-server's spellings of the tree budget (patch 0029)
+TREE_BUDGET_FLAGS = ("--spec-tree-budget", "--tree-budget", "--ddtree-budget")
+TREE_BUDGET_HINT = "0 (or 1) verifies the chain; 22 verifies a tree of 22 draft tokens (docs/tree.md)"
 
 
 @dataclass(frozen=True)
@@ -66,45 +76,83 @@ class FitFlags:
     batch: int = 256  # -b
     ubatch: int = 64  # -ub
     rollback: str = "tape"  # LLAMA_RS_ROLLBACK, one of patches.ROLLBACKS
+    tree_budget: int = 0  # --spec-tree-budget; 0 or 1 verifies the chain
 
     @property
     def spec(self) -> bool:
         return self.draft_max > 0
+
+    @property
+    def tree(self) -> bool:
+        return self.spec and self.tree_budget > 1
+
+    @property
+    def rs_rows(self) -> int:
+        """n_rs_seq: the tokens a verify may roll back, the draft's n_max or a larger tree. A
+        budget under n_max counts as n_max: the server still sizes its context for the draft, and
+        the planner errs on the side that fits."""
+        return max(self.draft_max, self.tree_budget) if self.tree else self.draft_max
+
+    @property
+    def verify_width(self) -> int:
+        """Tokens of one sequence's verify batch: the last token and the rolled-back rows."""
+        return self.rs_rows + 1 if self.spec else 1
 
     def describe(self) -> str:
         kv = self.cache_type_k if self.cache_type_k == self.cache_type_v else f"{self.cache_type_k}/{self.cache_type_v}"
         text = f"-c {self.ctx} -np {self.n_parallel} KV {kv} -b {self.batch} -ub {self.ubatch}"
         if self.spec:
             text += f", DFlash n_max {self.draft_max}, draft ctx {self.draft_ctx or self.ctx}"
+        if self.tree:
+            text += f", tree budget {self.tree_budget}"
         return text + ("" if self.spec else ", AR (no drafter)")
 
 
-def _int_flag(flags: Mapping[str, Any], *names: str) -> int | None:
-    for n in names:
-        if n in flags and flags[n] is not True and str(flags[n]) != FIT:
-            return int(flags[n])
-    return None
+def _int_flag(flags: Mapping[str, Any], name: str) -> int | None:
+    """An option's number in any of its spellings (command.ALIAS_GROUPS); None when absent or `fit`."""
+    value = command.option(flags, name)
+    return None if value is None or value is True or str(value) == FIT else int(value)
 
 
 def flags_from_recipe(recipe: Recipe) -> FitFlags:
-    """The memory-relevant settings of the recipe's server flags (fork or upstream spelling)."""
-    return flags_from_server_flags(recipe.server_flags)
+    """The memory-relevant settings of the recipe's server flags (fork or upstream spelling) and
+    its tree budget (`server.tree.budget`; a budget among the flags wins, as it does in serve)."""
+    f = flags_from_server_flags(recipe.server_flags)
+    return f if f.tree_budget else replace(f, tree_budget=recipe.tree_budget)
 
 
 def flags_from_server_flags(f: Mapping[str, Any]) -> FitFlags:
     """The memory-relevant settings of llama-server flags given as {name: value}."""
     base = FitFlags()
-    ctk = str(f.get("-ctk", f.get("--cache-type-k", base.cache_type_k)))
+    ctk = str(command.option(f, "-ctk", base.cache_type_k))
     return FitFlags(
-        ctx=_int_flag(f, "-c", "--ctx-size") or base.ctx,
-        n_parallel=_int_flag(f, "-np", "--parallel") or base.n_parallel,
+        ctx=_int_flag(f, "-c") or base.ctx,
+        n_parallel=_int_flag(f, "-np") or base.n_parallel,
         cache_type_k=ctk,
-        cache_type_v=str(f.get("-ctv", f.get("--cache-type-v", ctk))),
-        draft_max=_int_flag(f, "--spec-draft-n-max", "--draft-max") or base.draft_max,
-        draft_ctx=_int_flag(f, "-cd", "--ctx-size-draft"),
-        batch=_int_flag(f, "-b", "--batch-size") or base.batch,
-        ubatch=_int_flag(f, "-ub", "--ubatch-size") or base.ubatch,
+        cache_type_v=str(command.option(f, "-ctv", ctk)),
+        draft_max=_int_flag(f, "--draft-max") or base.draft_max,
+        draft_ctx=_int_flag(f, "-cd"),
+        batch=_int_flag(f, "-b") or base.batch,
+        ubatch=_int_flag(f, "-ub") or base.ubatch,
+        tree_budget=_int_flag(f, command.TREE_BUDGET) or base.tree_budget,
     )
+
+
+def check_tree_budget(n: int, option: str) -> int:
+    """A tree budget as given on a command line: a whole number of draft nodes, 0 or more."""
+    if n < 0:
+        raise UsageError(f"{option} {n}: expected 0 or more draft nodes", TREE_BUDGET_HINT)
+    return n
+
+
+def check_tree(f: FitFlags) -> None:
+    """A tree is decoded in one ubatch (patch 0027 asserts it): budget + 1 tokens must fit -ub."""
+    ub = min(f.ubatch, f.batch)
+    width = f.tree_budget + 1
+    if f.tree and width > ub:
+        raise UsageError(f"a tree budget of {f.tree_budget} verifies {width} tokens in one ubatch, more than -ub {ub}",
+                         f"pass a budget of at most {ub - 1}, or a larger ubatch (`-- -ub {width} "
+                         f"-b {max(f.batch, width)}`)")
 
 
 # --- weights ---------------------------------------------------------------------------------
@@ -187,18 +235,22 @@ def recurrent_plane(t: TargetGeometry) -> int:
 def recurrent_planes(f: FitFlags) -> int:
     if not f.spec:
         return 1
-    return 2 if f.rollback == "tape" else 1 + f.draft_max
+    return 2 if f.rollback == "tape" else 1 + f.rs_rows
 
 
 def recurrent_tape(t: TargetGeometry, f: FitFlags) -> int:
-    """Patch 0005's tape for one verify of n_rs_seq + 1 tokens: per delta-net layer and token the
-    conv inputs, the gate and beta (f32), and per layer a zero row of each (what a replay reads past
-    the accepted count; the conv inputs' since 0028)."""
+    """Patch 0005's tape for one verify of n_rs_seq + 1 tokens (a tree's budget + 1 where that is
+    wider): per delta-net layer and token the conv inputs, the gate and beta (f32), and per layer a
+    zero row of each (what a replay reads past the accepted count; the conv inputs' since 0028)."""
     if not f.spec or f.rollback != "tape":
         return 0
+    return (f.n_parallel * f.verify_width + 1) * tape_row(t)
+
+
+def tape_row(t: TargetGeometry) -> int:
+    """One token's row of the tape over all delta-net layers: conv inputs, gate and beta, f32."""
     per_token = t.conv_dim + 2 * t.linear_num_value_heads
-    layers = t.num_hidden_layers - t.n_full_attention
-    return (f.n_parallel * (f.draft_max + 1) + 1) * per_token * layers * 4
+    return per_token * (t.num_hidden_layers - t.n_full_attention) * 4
 
 
 def recurrent(t: TargetGeometry, f: FitFlags) -> int:
@@ -231,11 +283,20 @@ def _target_compute(t: TargetGeometry, f: FitFlags) -> int:
     plus the f16 KQ mask."""
     ub = min(f.ubatch, f.batch)
     per_token = 4 * max(4 * t.intermediate_size, int(5.67 * t.value_dim))
-    n_rs = f.draft_max if f.spec and f.rollback == "snapshot" else 0
+    n_rs = f.rs_rows if f.spec and f.rollback == "snapshot" else 0
     states = n_rs * t.linear_key_head_dim * t.value_dim * 4
-    logits = (f.draft_max + 1 if f.spec else 1) * f.n_parallel * t.vocab_size * 4
+    logits = f.verify_width * f.n_parallel * t.vocab_size * 4
     mask = ub * cells(f.ctx, f.n_parallel) * 2
     return max(ub * per_token + states, logits) + mask
+
+
+def feature_rows(d: DrafterGeometry, f: FitFlags) -> int:
+    """Verify rows whose tapped layers patch 0011 keeps on the device: a block, or a wider tree."""
+    return max(d.block_size, f.verify_width) if f.spec else 0
+
+
+def features(t: TargetGeometry, d: DrafterGeometry, f: FitFlags) -> int:
+    return t.hidden_size * len(d.target_layer_ids) * feature_rows(d, f) * 4
 
 
 def _drafter_compute(t: TargetGeometry, d: DrafterGeometry, f: FitFlags) -> int:
@@ -308,11 +369,20 @@ def predict(recipe: Recipe, flags: FitFlags, scale: str = "full", weights: Weigh
                       + (f" (-cd {f.draft_ctx} window)" if f.draft_ctx else "")),
             Component("drafter_compute", "drafter compute buffer", _drafter_compute(t, d, f),
                       f"-ub {f.ubatch} x vocab logits"),
+            Component("features", "drafter's target features", features(t, d, f),
+                      f"{len(d.target_layer_ids)} target layers x {feature_rows(d, f)} verify rows, f32"),
         ]
     if cuda:
         overhead = (CUDA_CONTEXT_MIB + (DRAFT_CONTEXT_MIB if f.spec else 0)) * MIB
         comps.append(Component("cuda_overhead", "CUDA context + workspaces", overhead, "calibrated (H200)"))
     return Prediction(f, comps, w.source, cuda)
+
+
+def tree_extra(recipe: Recipe, flags: FitFlags, scale: str = "full", weights: Weights | None = None) -> dict[str, int]:
+    """What the tree costs over the chain with the same flags, by component (those that grow)."""
+    tree = predict(recipe, flags, scale, weights)
+    chain = predict(recipe, replace(flags, tree_budget=0), scale, weights)
+    return {c.key: c.bytes - chain.get(c.key) for c in tree.components if c.bytes != chain.get(c.key)}
 
 
 def fits(p: Prediction, gpu_gib: float, margin_gib: float) -> bool:
@@ -350,14 +420,14 @@ def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: 
     recipe is kept; `fit` (or none) is the largest context `buun fit` finds for the GPU here, with
     the flags' KV types, draft and batch sizes and the models in `models_dir` (as `buun fit
     --models-dir` weighs them); without a GPU (or with -ngl 0), FitFlags' default."""
-    given = next((flags[n] for n in ("-c", "--ctx-size") if n in flags), FIT)
+    given = command.option(flags, "-c", FIT)
     if str(given) != FIT:
         if not str(given).isdigit():
             raise UsageError(f"-c {given}: expected a number of tokens, or `fit` in a recipe")
         return ContextChoice(int(given), "set on the command line" if from_command_line
                              else f"pinned by the recipe ({Path(str(recipe.source)).name})")
     default = FitFlags().ctx
-    ngl = next((str(flags[n]) for n in ("-ngl", "--gpu-layers", "--n-gpu-layers") if n in flags), "99")
+    ngl = str(command.option(flags, "-ngl", "99"))
     if ngl == "0":
         return ContextChoice(default, "-ngl 0, nothing on a GPU: buun's default")
     gpus = build.detect_gpus() if gpus is None else gpus
@@ -391,6 +461,8 @@ def knobs(recipe: Recipe, flags: FitFlags, gpu_gib: float, margin_gib: float, sc
     for n in (8, 4):
         if flags.spec and flags.draft_max > n:
             options.append((f"draft length {n} (--spec-draft-n-max {n})", replace(flags, draft_max=n)))
+    if flags.tree:
+        options.append(("the chain (--tree-budget 0)", replace(flags, tree_budget=0)))
     if flags.spec:
         options.append(("no drafter (AR)", replace(flags, draft_max=0)))
     out = []
@@ -403,6 +475,8 @@ def knobs(recipe: Recipe, flags: FitFlags, gpu_gib: float, margin_gib: float, sc
 # --- measurement -----------------------------------------------------------------------------
 
 _BUFFER = re.compile(r"\s(\S+)\s+(model|KV|RS|compute|output) buffer size =\s*([\d.]+) MiB")
+# patch 0011's capture of the target's layers for the drafter, in a buffer of its own
+_FEATURES = re.compile(r"set_layer_inp_device: \d+ layers x \d+ rows, ([\d.]+) MiB on (\S+)")
 
 
 def parse_buffers(log: str) -> list[dict[str, dict[str, float]]]:
@@ -460,20 +534,30 @@ def _component_mib(sections: list[dict[str, dict[str, float]]], gpu: bool) -> di
     return out
 
 
-def measure_argv(binary: Path, target: Path, drafter: Path | None, f: FitFlags, port: int, cpu_only: bool) -> list[str]:
-    """llama-server with the planner's flags, verbose enough (-lv 4) to print every buffer."""
-    argv = [str(binary), "-m", str(target), "--host", "127.0.0.1", "--port", str(port), "-c", str(f.ctx),
-            "-np", str(f.n_parallel), "-ngl", "99", "-fa", "on", "-ctk", f.cache_type_k, "-ctv", f.cache_type_v,
-            "-b", str(f.batch), "-ub", str(f.ubatch), "--fit", "off", "--no-warmup", "-lv", "4", "--no-webui"]
+def features_mib(log: str, gpu: bool) -> float | None:
+    """The last size patch 0011's capture logged (None: no capture, AR or a build without it)."""
+    found = [float(m.group(1)) for m in _FEATURES.finditer(log) if is_gpu_buffer(m.group(2)) or not gpu]
+    return found[-1] if found else None
+
+
+def measure_flags(f: FitFlags, cpu_only: bool) -> list[Flag]:
+    """llama-server flags with the planner's settings, verbose enough (-lv 4) to print every
+    buffer; upstream spellings, which the patched build knows too."""
+    flags: list[Flag] = [
+        ("-c", str(f.ctx)), ("-np", str(f.n_parallel)), ("-ngl", "99"), ("-fa", "on"), ("-ctk", f.cache_type_k),
+        ("-ctv", f.cache_type_v), ("-b", str(f.batch)), ("-ub", str(f.ubatch)), ("--fit", "off"),
+        ("--no-warmup", None), ("-lv", "4"), ("--no-webui", None)]
     if cpu_only:
         # weights in one mapped buffer (no repacked copy), and no AMX repack kernels, which fault on some VMs
-        argv.append("--no-repack")
-    if f.spec and drafter is not None:
-        argv += ["-md", str(drafter), "-ngld", "99", "--spec-type", "draft-dflash",
-                 "--spec-draft-n-max", str(f.draft_max), "-ctkd", f.draft_cache_type, "-ctvd", f.draft_cache_type]
+        flags.append(("--no-repack", None))
+    if f.spec:
+        flags += [("-ngld", "99"), ("--spec-type", "draft-dflash"), ("--spec-draft-n-max", str(f.draft_max)),
+                  ("-ctkd", f.draft_cache_type), ("-ctvd", f.draft_cache_type)]
         if f.draft_ctx:
-            argv += ["-cd", str(f.draft_ctx)]
-    return argv
+            flags.append(("-cd", str(f.draft_ctx)))
+        if f.tree:
+            flags.append((command.TREE_BUDGET, str(f.tree_budget)))
+    return flags
 
 
 def supports_flag(binary: Path, flag: str) -> bool:
@@ -488,21 +572,24 @@ def measure(recipe: Recipe, flags: FitFlags, models_dir: Path, log_dir: Path, sc
             load_timeout: float = 600.0) -> Measurement:
     """Load the recipe's synthetic pair in the real llama-server with these flags; read its
     buffer sizes and (with a GPU) nvidia-smi's used memory."""
-    from buun_tool import bench
-
-    gpu = bool(build.detect_gpus())
-    scale = scale or ("full" if gpu else "tiny")
+    on_gpu = bool(build.detect_gpus())
+    scale = scale or ("full" if on_gpu else "tiny")
     binary = build.find_binary("llama-server")
     if flags.spec and flags.draft_ctx and not supports_flag(binary, "-cd"):
         console.warn("this llama-server has no -cd: the drafter is measured at the target's context")
         flags = replace(flags, draft_ctx=None)
     target, drafter = synth.write_pair(recipe, models_dir, scale=scale)
-    port = bench.free_port()
-    argv = measure_argv(binary, target, drafter, flags, port, cpu_only=not gpu)
+    argv = command.server_argv(str(binary), str(target), str(drafter) if flags.spec else None, "127.0.0.1",
+                               process.free_port(), measure_flags(flags, cpu_only=not on_gpu))
     log = log_dir / f"fit-measure-{scale}.log"
-    before = bench.GpuMemorySampler.used_mib() if gpu else None
-    with bench.LocalServer(argv, log, port, load_timeout, env={patches.ROLLBACK_ENV: flags.rollback}):
-        after = bench.GpuMemorySampler.used_mib() if gpu else None
-    sections = parse_buffers(log.read_text(errors="replace"))
+    before = gpu.used_mib() if on_gpu else None
+    with LocalServer(argv, log, load_timeout, env={patches.ROLLBACK_ENV: flags.rollback}):
+        after = gpu.used_mib() if on_gpu else None
+    text = log.read_text(errors="replace")
+    sections = parse_buffers(text)
     used = after - before if after is not None and before is not None else None
-    return Measurement(flags, scale, argv, sections, used, str(log), _component_mib(sections, gpu))
+    components = _component_mib(sections, on_gpu)
+    captured = features_mib(text, on_gpu)
+    if captured is not None:
+        components["features"] = captured
+    return Measurement(flags, scale, argv, sections, used, str(log), components)

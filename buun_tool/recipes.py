@@ -140,6 +140,8 @@ class Recipe:
     expect: dict[str, Any]
     geometry: dict[str, Geometry]  # by scale: "full" (the real checkpoints) and the recipe's shrinks
     server_flags: dict[str, Any] = field(default_factory=dict)
+    tree_budget: int = 0  # server.tree.budget: draft nodes a DDTree step verifies; 0 or 1, the chain
+    tree_k: int = 8  # server.tree.k: candidates per draft depth
 
     @property
     def target_gguf(self) -> str:
@@ -219,7 +221,7 @@ _KEYS: dict[str, Any] = {
     "tokenizer": {"repo", "revision", "files", "target_config"},
     "expect": {"block_size", "mask_token_id", "target_layer_ids", "hidden_size"},
     "geometry": dict(GEOMETRY_KEYS),
-    "server": {"flags"},
+    "server": {"flags": None, "tree": {"budget", "k"}},
 }
 
 
@@ -325,6 +327,17 @@ def _validate_geometry(r: _Reader) -> dict[str, Geometry]:
     return {scale: _GeometryReader(r, scale).build() for scale in scales}
 
 
+def _tree(r: _Reader) -> tuple[int, int]:
+    """server.tree's budget (0 or more; 0 and 1 are the chain) and K (1 or more)."""
+    budget = r.get("server.tree.budget", int, 0)
+    if budget < 0:
+        raise r.fail("server.tree.budget", "0 (the chain) or a number of draft nodes", budget)
+    k = r.get("server.tree.k", int, 8)
+    if k < 1:
+        raise r.fail("server.tree.k", "a positive number of candidates per draft depth", k)
+    return budget, k
+
+
 def parse(source: Path, data: Any) -> Recipe:
     r = _Reader(source, data)
     _check_keys(r, r.data, _KEYS)
@@ -344,6 +357,7 @@ def parse(source: Path, data: Any) -> Recipe:
             raise r.fail(f"server.flags.{flag}", "a llama-server flag starting with '-'", flag)
         if isinstance(value, (list, dict)):  # would reach llama-server as its Python repr
             raise r.fail(f"server.flags.{flag}", "one value (a string or number), true or false", value)
+    tree_budget, tree_k = _tree(r)
     return Recipe(
         name=name,
         description=r.get("description", str, ""),
@@ -356,6 +370,8 @@ def parse(source: Path, data: Any) -> Recipe:
         expect=dict(expect),
         geometry=_validate_geometry(r),
         server_flags=dict(flags),
+        tree_budget=tree_budget,
+        tree_k=tree_k,
     )
 
 

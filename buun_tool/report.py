@@ -71,13 +71,15 @@ def _not_run(text: str) -> str:
 
 
 def _speed(data: dict[str, Any]) -> str:
-    ar = {(r["suite"], r["mode"]): r["decode_tps"] for r in data["summary"] if r["config"] == "ar"}
+    against = any(r.get("vs_upstream") for r in data["summary"])  # --against upstream: buun over upstream
     rows = [[_e(r["label"]), _e(r["suite"]), _e(r["mode"]), _e(r["requests"]), _num(r["decode_tps"], ".1f"),
-             _num(ar.get((r["suite"], r["mode"])), ".1f"), _num(r["speedup"], ".2f", "x"), _num(r["mean_al"], ".2f"),
+             _num(figures.ar_tps(data, r), ".1f"), _num(r["speedup"], ".2f", "x"),
+             *([_num(r.get("vs_upstream"), ".2f", "x")] if against else []), _num(r["mean_al"], ".2f"),
              _num(r.get("accept_rate"), ".0%"), _num(r.get("ttft_ms"), ".0f"), _num(r.get("prompt_tps"), ".1f"),
              _num(r["peak_gpu_mib"], "d")] for r in data["summary"]]
-    head = ["configuration", "suite", "mode", "requests", "decode tok/s", "AR tok/s", "speedup", "mean AL",
-            "accepted", "TTFT ms", "prompt tok/s", "peak GPU MiB"]
+    head = ["configuration", "suite", "mode", "requests", "decode tok/s", "AR tok/s", "speedup",
+            *(["buun / upstream"] if against else []), "mean AL", "accepted", "TTFT ms", "prompt tok/s",
+            "peak GPU MiB"]
     return _img(figures.decode_speed(data), "speed", "decode tok/s per configuration") + \
         _table("speed", head, rows, left=3)
 
@@ -115,6 +117,30 @@ def _al_sweep(data: dict[str, Any]) -> str:
         _img(fig, "al-sweep", "decode tok/s against acceptance length") + _table("al-sweep", head, rows, left=3)
 
 
+def _tree(data: dict[str, Any]) -> str:
+    fig = figures.tree_sweep(data)
+    if fig is None:
+        return _not_run("Not run: no tree budget sweep in this run (buun bench --tree-budget 8,16,22,32).")
+    budgets = figures.tree_budgets(data)
+    expected = {c["name"]: c.get("expected_al") for c in data["configs"]}
+    sweep = sorted((r for r in data["summary"] if r["config"] in budgets), key=lambda r: budgets[r["config"]])
+    chain = {(r["suite"], r["mode"]): r["decode_tps"] for r in sweep if budgets[r["config"]] <= 1}
+    rows = []
+    for r in sweep:
+        base = chain.get((r["suite"], r["mode"]))
+        ratio = r["decode_tps"] / base if base and r["decode_tps"] else None
+        rows.append([_e(r["label"]), _e(r["suite"]), _e(r["mode"]), _num(budgets[r["config"]], "d"),
+                     _num(expected[r["config"]], ".2f"), _num(r["mean_al"], ".2f"), _num(r.get("step_ms"), ".2f"),
+                     _num(r["decode_tps"], ".1f"), _num(ratio, ".2f", "x")])
+    head = ["configuration", "suite", "mode", "budget", "expected AL", "measured AL", "step ms", "decode tok/s",
+            "vs chain"]
+    note = ('<p class="note">Every budget, the chain (0) included, served with the calibrated synthetic tree '
+            "profile (--spec-synth-tree; docs/tree.md): the expected AL is the profile's for that budget, a "
+            "step is the decode time over the verify steps (draft, verify and commit).</p>")
+    return note + _img(fig, "tree", "decode tok/s and acceptance length against the tree budget") + \
+        _table("tree", head, rows, left=3)
+
+
 def _memory(data: dict[str, Any]) -> str:
     fig = figures.peak_memory(data)
     if fig is None:
@@ -140,7 +166,7 @@ def _machine(data: dict[str, Any]) -> str:
 
 def _build(data: dict[str, Any]) -> str:
     info = dict(data["llama_cpp"])
-    stamp = info.pop("build", None)
+    stamp, upstream = info.pop("build", None), info.pop("upstream_build", None)
     env = data["options"].get("env")
     out = _kv_table("build", {**info, "patch switches set (options.env)": env if env is not None else
                               "not recorded"})
@@ -148,6 +174,9 @@ def _build(data: dict[str, Any]) -> str:
         out += f'<p>Build stamp (buun-build.json):</p><pre id="build-stamp">{_e(json.dumps(stamp, indent=1))}</pre>'
     else:
         out += '<p class="note" id="build-stamp">No build stamp was recorded with this run.</p>'
+    if upstream:  # --against upstream
+        out += (f'<p>Upstream build stamp (`buun build --upstream`):</p>'
+                f'<pre id="upstream-build-stamp">{_e(json.dumps(upstream, indent=1))}</pre>')
     options = {k: v for k, v in data["options"].items() if k != "env"}
     shown = _e(json.dumps(options, indent=1, default=str))
     return out + f"<details><summary>buun bench options</summary><pre>{shown}</pre></details>"
@@ -185,9 +214,8 @@ def render(data: dict[str, Any]) -> str:
     chart.require()
     parts = {
         "speed": _speed(data), "acceptance": _acceptance(data), "al-sweep": _al_sweep(data),
-        "memory": _memory(data),
-        # buun bench measures neither yet: said so, not drawn from anything
-        "tree": _not_run("Not run: buun bench does not sweep the tree budget."),
+        "memory": _memory(data), "tree": _tree(data),
+        # buun bench does not measure it yet: said so, not drawn from anything
         "concurrency": _not_run("Not run: buun bench measures one slot (-np 1) with one request at a time."),
         "machine": _machine(data), "build": _build(data), "commands": _commands(data), "prompts": _prompts(data),
     }

@@ -18,6 +18,10 @@ Qwen3.5-27B Q4_K_M: acceptance length 7.67 for the chain of 15 and 8.31 for a tr
 every step (no easy/hard split) did not reach them: in the families tried, with a drafter whose
 ranks are its own order of likelihood and a chain of 7.67, a budget-22 tree gained at most 0.55
 (docs/tree.md).
+
+`synth_tree_value` writes a profile as llama-server's `--spec-synth-tree` value (patch 0029), with
+which a server feigns this acceptance for its chain or its tree; `buun bench --tree-budget` serves
+the default profile so.
 """
 
 from __future__ import annotations
@@ -56,6 +60,11 @@ class Profile:
     def chain_al(self) -> float:
         a = (1 - self.u) * EASY_TOP1 + self.u * self.hard_top1
         return 1.0 + sum(a**d for d in range(1, DEPTH + 1))
+
+    def served_al(self, budget: int) -> float:
+        """The expected acceptance length of a server given `--spec-tree-budget budget` and this
+        profile (`--spec-synth-tree`): at 0 or 1 it verifies the chain, else the best tree."""
+        return self.chain_al() if budget <= 1 else self.tree_al(budget)
 
     def tree_al(self, budget: int, seed_chain: bool = True) -> float:
         """The expected acceptance length of a step's best tree of `budget` nodes, over every
@@ -128,3 +137,31 @@ DEFAULT = Profile(u=0.2810, hard_top1=0.6843)
 def write_rates(rates: list[list[float]]) -> str:
     """The rates as test-ddtree's --profile reads them: a line per depth."""
     return "".join(" ".join(f"{q:.9g}" for q in row) + "\n" for row in rates)
+
+
+def synth_tree_value(profile: Profile) -> str:
+    """The profile as llama-server's `--spec-synth-tree U:E1,...,EK:H1,...,HK` (patch 0029): U, then
+    the easy and the hard row of `rows()`. Each number is written in Python's shortest round-trip
+    form, so the server's strtod reads back exactly these rates and a measured AL is compared with
+    `tree_al` of the same numbers, not of rounded ones."""
+    easy, hard = profile.rows()
+    return ":".join([repr(profile.u), ",".join(map(repr, easy)), ",".join(map(repr, hard))])
+
+
+def parse_synth_tree(value: str) -> tuple[float, list[float], list[float]]:
+    """(U, easy row, hard row) of a `--spec-synth-tree` value, checked as the server checks it:
+    U and every rate in [0, 1], rows of the same length whose sum is at most 1."""
+    parts = value.split(":")
+    if len(parts) != 3:
+        raise ValueError(f"{value!r}: expected U:E1,...,EK:H1,...,HK (three parts separated by ':')")
+    u = float(parts[0])
+    easy, hard = ([float(x) for x in part.split(",")] for part in parts[1:])
+    if len(easy) != len(hard):
+        raise ValueError(f"{value!r}: the easy row has {len(easy)} rates, the hard row {len(hard)}")
+    for q in (u, *easy, *hard):
+        if not 0.0 <= q <= 1.0:
+            raise ValueError(f"{value!r}: {q!r} is not a probability")
+    for row in (easy, hard):
+        if sum(row) > 1.0 + 1e-9:
+            raise ValueError(f"{value!r}: a row's rates sum to {sum(row):.6g}, more than 1")
+    return u, easy, hard

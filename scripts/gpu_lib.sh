@@ -186,7 +186,8 @@ gpu_ncu_mmq() {
 gpu_pack() {
     mkdir -p "$W/pack"
     cp -r "$RES"/*.txt "$RES"/*.log "$RES"/*.json "$RES"/*.xml "$W/pack/" 2>/dev/null
-    for d in "$RES"/bench-* "$RES"/profile-*; do
+    for d in "$RES"/*/; do
+        d=${d%/}
         [ -d "$d" ] || continue
         mkdir -p "$W/pack/$(basename "$d")"
         cp "$d"/*.json "$d"/*.png "$W/pack/$(basename "$d")/" 2>/dev/null

@@ -14,9 +14,10 @@ from typing import Any
 
 import requests
 
-from buun_tool.bench import LocalServer, free_port
+from buun_tool.server import command, process
+from buun_tool.server.local import LocalServer
 
-__all__ = ["Server", "free_port", "gpu_layers", "llama_server"]
+__all__ = ["Server", "gpu_layers", "llama_server"]
 
 
 def gpu_layers() -> list[str]:
@@ -47,9 +48,10 @@ class Server:
 
 @contextmanager
 def llama_server(bin_dir: Path, args: list[str], log: Path, ready_timeout: float = 120) -> Iterator[Server]:
-    """A llama-server of the build under test on a free loopback port, through the same launcher
-    `buun bench` uses (process group, /health wait, SIGTERM then SIGKILL)."""
-    port = free_port()
-    argv = [str(bin_dir / "llama-server"), *args, "--host", "127.0.0.1", "--port", str(port), "--metrics"]
-    with LocalServer(argv, log, port, load_timeout=ready_timeout) as local:
+    """A llama-server of the build under test on a free loopback port (`args` name the models with
+    -m / -md), built and run as `buun bench` builds and runs its servers: command.server_argv,
+    server.local.LocalServer (process group, /health wait, SIGTERM then SIGKILL)."""
+    target, draft, flags = command.take_models(command.parse_args(args))
+    argv = command.server_argv(str(bin_dir / "llama-server"), target, draft, "127.0.0.1", process.free_port(), flags)
+    with LocalServer(argv, log, load_timeout=ready_timeout) as local:
         yield Server(local.url, log)

@@ -16,34 +16,39 @@ import psutil
 import pytest
 
 from buun_tool import recipes
+from buun_tool.bench_configs import UPSTREAM
+from buun_tool.server import command
 from tests.server_helpers import Buun
-
-# Upstream spellings of the fork's flags the recipe uses, for a build without the compatibility patch.
-UPSTREAM = {"--spec-type": ("--spec-type", "draft-dflash"), "--draft-max": ("--spec-draft-n-max", None),
-            "--draft-min": ("--spec-draft-n-min", None), "-cd": (None, None)}
 
 
 @pytest.fixture(scope="session")
 def compat_args(llama_bin: Path) -> list[str]:
     """buun options that make the recipe's flags run on a llama-server without the compatibility
-    patch (pinned upstream); empty with the patch: the recipe's flags are then used unchanged.
-    Each recipe flag is tried for real: `llama-server FLAG VALUE --help` fails on an unknown one."""
-    def accepted(flag: str, value: str) -> bool:
-        r = subprocess.run([str(llama_bin / "llama-server"), flag, value, "--help"], capture_output=True,
-                           timeout=60)
+    patch (pinned upstream): `buun bench`'s upstream set (bench_configs.UPSTREAM) as `buun serve`
+    arguments; empty with the patch: the recipe's flags are then used unchanged. The recipe flags
+    it touches are tried for real: `llama-server FLAG VALUE --help` fails on an unknown one."""
+    def accepted(flag: str, value: str | None) -> bool:
+        r = subprocess.run([str(llama_bin / "llama-server"), flag, *([value] if value else []), "--help"],
+                           capture_output=True, timeout=60)
         return r.returncode == 0
 
-    flags = recipes.load().server_flags
-    drops: list[str] = []
-    extra: list[str] = []
-    for flag, (upstream, value) in UPSTREAM.items():
-        if accepted(flag, str(flags[flag])):
-            continue
-        if upstream is None:
-            drops.append(f"--drop={flag}")
-        else:
-            extra += [upstream, value or str(flags[flag])]
-    return drops + (["--", *extra] if extra else [])
+    base = command.recipe_flags(recipes.load().server_flags)
+    touched = {command.canonical(n) for (n, _), _ in UPSTREAM.respell} | {command.canonical(d) for d in UPSTREAM.drop}
+    if all(accepted(n, v) for n, v in base if command.canonical(n) in touched):
+        return []
+    sets, drops = UPSTREAM.serve_args(base)
+    return [f"--drop={d}" for d in drops] + ["--", *(t for n, v in sets for t in (n, *([v] if v else [])))]
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A stand-in llama-server (BUUN_LLAMA_BIN_DIR) for what needs only its path and never runs
+    it (`buun serve --print-cmd`, a bench configuration's argv)."""
+    d = tmp_path / "bin"
+    d.mkdir()
+    (d / "llama-server").write_text("#!/bin/sh\nexit 1\n")
+    monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(d))
+    return d
 
 
 @pytest.fixture

@@ -4,65 +4,20 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import socket
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import bench, chart, figures, patches
+from buun_tool import bench, bench_configs, chart, figures, patches, recipes, treeprofile
 from buun_tool.cli.app import app
-from buun_tool.errors import BuunError
+from buun_tool.errors import UsageError
 from tests.bench_files import NO_MATPLOTLIB, RECORDED
-
-# /metrics of a DFlash llama-server (pinned upstream), trimmed
-METRICS = """\
-# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed, excluding cached tokens
-# TYPE llamacpp:prompt_tokens_total counter
-llamacpp:prompt_tokens_total 38
-llamacpp:spec_decode_num_draft_tokens_total 27
-llamacpp:spec_decode_num_accepted_tokens_total 10
-llamacpp:spec_decode_num_drafts_total 6
-llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 4
-llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 2
-llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="2"} 2
-"""
-
-FAKE_SERVER = textwrap.dedent("""\
-    import http.server, signal, subprocess, sys
-    mode, port = sys.argv[1], int(sys.argv[2])
-    if mode == "crash":
-        print("loading model", flush=True)
-        print("error: failed to open GGUF file 'x.gguf'", flush=True)
-        sys.exit(3)
-    if mode == "stubborn":
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    child = subprocess.Popen(["sleep", "300"])
-    print(f"child {child.pid}", flush=True)
-
-    class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b'{"status":"ok"}')
-
-        def log_message(self, *args):
-            pass
-
-    http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
-""")
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def _port_closed(port: int) -> bool:
@@ -112,44 +67,71 @@ class TestPrompts:
         assert body["messages"] == [{"role": "user", "content": "2+2?"}]
 
 
-class TestServerCommands:
-    def test_ar_dflash_and_synthetic(self) -> None:
-        cfgs = bench.configs(ar=True, synthetic_al=[1.0, 7.67])
-        assert [c.name for c in cfgs] == ["ar", "dflash-al1", "dflash-al7.67"]
-        flags = bench.ServerFlags(ctx=4096, draft_max=15)
-        ar = bench.server_argv(Path("/b/llama-server"), Path("t.gguf"), Path("d.gguf"), cfgs[0], flags, 9000)
-        assert ar[:3] == ["/b/llama-server", "-m", "t.gguf"] and "-md" not in ar and "--metrics" in ar
-        df = bench.server_argv(Path("/b/llama-server"), Path("t.gguf"), Path("d.gguf"), cfgs[2], flags, 9000)
-        i = df.index("--spec-type")
-        assert df[i + 1] == "draft-dflash" and df[df.index("--spec-draft-n-max") + 1] == "15"
-        assert df[df.index("--spec-synth-len") + 1] == "7.67" and df[df.index("-md") + 1] == "d.gguf"
-        assert "-bs" in ar and "-bs" in df  # both sample in the graph, as the recipe serves
-        host = bench.ServerFlags(ctx=4096, draft_max=15, backend_sampling=False)
-        on_host = bench.server_argv(Path("/b/llama-server"), Path("t.gguf"), Path("d.gguf"), cfgs[2], host, 9000)
-        assert "-bs" not in on_host
+class TestTreeSweep:
+    """`buun bench --tree-budget 8,16,22,32`: the chain and one server per budget, each fed the
+    calibrated tree profile, with the AL the profile expects recorded beside each."""
 
-    def test_al_sweep_adds_one_to_ten_after_the_lengths_given(self) -> None:
-        assert bench.synthetic_lengths([7.67, 2.0], sweep=True) == [7.67, 2.0, 1.0, *map(float, range(3, 11))]
-        assert bench.synthetic_lengths([7.67], sweep=False) == [7.67]
-        assert bench.synthetic_lengths(None, sweep=False) == []
+    COMMON = bench_configs.common(ctx=4096, draft_max=15)
+    MODELS = bench_configs.Models(Path("t.gguf"), Path("d.gguf"))
+    MODELS_DIR = Path("/m")  # the folder a `-c fit` would weigh; bench pins -c
 
-    def test_real_acceptance_when_no_length_is_forced(self) -> None:
-        assert [c.label for c in bench.configs(ar=False, synthetic_al=None)] == ["DFlash"]
+    def argv(self, cfg: bench_configs.ServerConfig) -> list[str]:
+        return bench_configs.argv(recipes.load(), cfg, self.MODELS, Path("/b/llama-server"), 9000, self.COMMON,
+                                  self.MODELS_DIR)
 
+    def sweep(self, given: str, common: bench_configs.Overrides = COMMON) -> list[int]:
+        cfgs = bench_configs.tree_configs(bench_configs.tree_budgets(given), recipes.load(), common, self.MODELS_DIR)
+        return [c.tree_budget for c in cfgs]
 
-class TestMetrics:
-    def test_parse(self) -> None:
-        m = bench.parse_metrics(METRICS)
-        assert m["spec_decode_num_drafts_total"] == 6 and m["per_pos"] == [4, 2, 2]
+    def test_the_budgets_start_with_the_chain_each_once(self) -> None:
+        assert self.sweep("8,16,22,32") == [0, 8, 16, 22, 32]
+        assert self.sweep(" 22, 1,0,22 ") == [0, 22]  # 1 is the chain too
+        assert self.sweep("63") == [0, 63]  # 64 tokens: the recipe's -ub 64
 
-    def test_delta_between_scrapes(self) -> None:
-        before = bench.parse_metrics(METRICS)
-        after = bench.parse_metrics(METRICS.replace(" 27", " 57").replace(" 10\n", " 22\n").replace(" 6\n", " 10\n")
-                                    .replace('"1"} 2', '"1"} 5'))
-        d = bench.metrics_delta(before, after)
-        assert (d["drafted"], d["accepted"], d["steps"]) == (30, 12, 4)
-        assert d["accepted_per_pos"] == [0, 3, 0]
-        assert bench.metrics_delta(None, after) == {}
+    @pytest.mark.parametrize("given, message", [
+        ("8,-1", "--tree-budget '8,-1': expected a comma-separated list of draft-node budgets"),
+        ("eight", "expected a comma-separated list"), (",", "expected a comma-separated list"),
+        ("22,64", "a tree budget of 64 verifies 65 tokens in one ubatch, more than -ub 64"),
+    ])
+    def test_a_budget_that_cannot_be_swept(self, given: str, message: str) -> None:
+        with pytest.raises(UsageError, match=re.escape(message)) as info:
+            self.sweep(given)
+        assert info.value.hint
+        wide = bench_configs.common(draft_max=15, server_args=["-ub", "128", "-b", "256"])  # the servers' own -ub
+        assert self.sweep("64", wide) == [0, 64]
+
+    def test_each_budget_is_served_with_the_profile(self) -> None:
+        tree = bench_configs.tree_configs([0, 8, 22], recipes.load(), self.COMMON, self.MODELS_DIR)
+        cfgs = bench_configs.configs(ar=True, synthetic_al=[7.67], trees=tree)
+        assert [c.name for c in cfgs] == ["ar", "dflash-al7.67", "dflash-tree0", "dflash-tree8", "dflash-tree22"]
+        assert [c.label for c in tree] == ["DFlash chain (synthetic tree)", "DFlash tree 8 (synthetic tree)",
+                                           "DFlash tree 22 (synthetic tree)"]
+        # the chain's expected AL is the chain's 7.67, a tree's the profile's best tree of its budget
+        assert [c.expected_al for c in tree] == [treeprofile.DEFAULT.chain_al(), treeprofile.DEFAULT.tree_al(8),
+                                                 treeprofile.DEFAULT.tree_al(22)]
+        assert [tree[0].expected_al, tree[2].expected_al] == pytest.approx([7.67, 8.31], abs=2e-3)
+        for cfg in tree:
+            argv = self.argv(cfg)
+            # the chain is llama-server's default: no budget flag (spec.with_tree), the profile all the same
+            budget = argv[argv.index("--spec-tree-budget") + 1] if "--spec-tree-budget" in argv else "0"
+            assert budget == str(cfg.tree_budget)
+            assert argv[argv.index("--spec-tree-k") + 1] == "8" and "--spec-synth-len" not in argv
+            u, easy, hard = treeprofile.parse_synth_tree(argv[argv.index("--spec-synth-tree") + 1])
+            assert (u, [easy, hard]) == (treeprofile.DEFAULT.u, list(treeprofile.DEFAULT.rows()))
+            assert argv[argv.index("--draft-max") + 1] == "15" and argv[argv.index("-ub") + 1] == "64"
+        ar = self.argv(cfgs[0])
+        assert not any(a.startswith("--spec-tree") or a == "--spec-synth-tree" for a in ar)
+
+    def test_another_draft_length_has_no_expected_al(self) -> None:
+        """The profile's expectation is over treeprofile.DEPTH (15) draft positions."""
+        cfgs = bench_configs.tree_configs([0, 22], recipes.load(), bench_configs.common(draft_max=8), self.MODELS_DIR)
+        assert [c.expected_al for c in cfgs] == [None, None]
+
+    def test_a_running_server_cannot_be_swept(self) -> None:
+        res = CliRunner().invoke(app, ["bench", "--url", "http://127.0.0.1:9", "--tree-budget", "8"])
+        assert res.exit_code == 2 and "--tree-budget sweeps servers buun starts itself" in " ".join(res.output.split())
+        res = CliRunner().invoke(app, ["bench", "--tree-budget", "8,x"])
+        assert res.exit_code == 2 and "expected a comma-separated list" in " ".join(res.output.split())
 
 
 def _sample(cfg: str, suite: str, tokens: int, ms: float, accepted: int = 0, steps: int | None = None
@@ -160,9 +142,9 @@ def _sample(cfg: str, suite: str, tokens: int, ms: float, accepted: int = 0, ste
 
 class TestSummary:
     def test_rates_acceptance_and_speedup(self) -> None:
-        runs = [bench.ConfigRun(bench.ServerConfig("ar", False), [], None, None,
+        runs = [bench.ConfigRun(bench_configs.AR, [], None, None,
                                 [_sample("ar", "code", 100, 2000.0), _sample("ar", "code", 100, 2000.0)]),
-                bench.ConfigRun(bench.ServerConfig("dflash-al3", True, 3.0), [], 1234, 10, [
+                bench.ConfigRun(bench_configs.synthetic(3.0), [], 1234, 10, [
                     _sample("dflash-al3", "code", 100, 1000.0, accepted=60, steps=30),
                     _sample("dflash-al3", "code", 100, 1000.0, accepted=40, steps=20)])]
         ar, df = bench.summarize(runs)
@@ -171,30 +153,21 @@ class TestSummary:
         assert df["mean_al"] == pytest.approx(1 + 100 / 50) and df["accept_rate"] == pytest.approx(100 / 200)
         assert df["accept_per_pos"] == [pytest.approx(1.0), pytest.approx(1.0)]
         assert df["prompt_tps"] == pytest.approx(2000.0) and df["peak_gpu_mib"] == 1234
+        assert df["step_ms"] == pytest.approx(2000.0 / 50) and ar["step_ms"] is None  # decode ms per verify step
 
-
-class TestLocalServer:
-    def _server(self, tmp_path: Path, mode: str) -> bench.LocalServer:
-        script = tmp_path / "fake_server.py"
-        script.write_text(FAKE_SERVER)
-        port = bench.free_port()
-        return bench.LocalServer([sys.executable, str(script), mode, str(port)], tmp_path / f"{mode}.log", port,
-                                 load_timeout=30, grace=0.5)
-
-    def test_stop_kills_the_whole_group_even_when_sigterm_is_ignored(self, tmp_path: Path) -> None:
-        server = self._server(tmp_path, "stubborn")
-        with server:
-            assert server.proc is not None
-            pid = server.proc.pid
-            lines = server.log_path.read_text().splitlines()
-            child = int(next(ln for ln in lines if ln.startswith("child")).split()[1])
-            assert not _gone(child)
-        assert _gone(pid) and _gone(child) and _port_closed(server.port)
-
-    def test_an_early_exit_reports_the_failure_lines(self, tmp_path: Path) -> None:
-        with pytest.raises(BuunError, match="failed to open GGUF") as info:
-            self._server(tmp_path, "crash").start()
-        assert "exited with code 3" in info.value.message
+    def test_against_upstream_each_build_has_its_ar_and_buun_its_ratio(self) -> None:
+        ar, df = bench_configs.configs(ar=True, synthetic_al=[3.0])
+        up_ar, up_df = bench_configs.on_upstream(ar), bench_configs.on_upstream(df)
+        runs = [bench.ConfigRun(ar, [], None, None, [_sample("ar", "code", 100, 2000.0)]),
+                bench.ConfigRun(up_ar, [], None, None, [_sample(up_ar.name, "code", 100, 2500.0)]),
+                bench.ConfigRun(df, [], None, None, [_sample(df.name, "code", 100, 500.0, accepted=4, steps=2)]),
+                bench.ConfigRun(up_df, [], None, None, [_sample(up_df.name, "code", 100, 1000.0, accepted=4, steps=2)])]
+        rows = {r["config"]: r for r in bench.summarize(runs)}
+        assert rows["dflash-al3"]["speedup"] == pytest.approx(4.0)  # over buun's AR
+        assert rows["dflash-al3-upstream"]["speedup"] == pytest.approx(2.5)  # over upstream's AR
+        assert rows["dflash-al3"]["vs_upstream"] == pytest.approx(2.0)  # buun's tok/s over upstream's
+        assert rows["ar"]["vs_upstream"] == pytest.approx(1.25)
+        assert rows["dflash-al3-upstream"]["vs_upstream"] is None and rows["ar-upstream"]["build"] == "upstream"
 
 
 class TestChart:
@@ -228,6 +201,19 @@ class TestChart:
         assert out.returncode == 0 and "pip install -e '.[bench]'" in out.stdout, out.stderr
 
 
+class TestAgainstUpstream:
+    def test_without_the_upstream_build_it_says_what_to_build(self, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("BUUN_BUILD_DIR", str(tmp_path / "builds"))
+        res = CliRunner().invoke(app, ["bench", "--against", "upstream", "--out", str(tmp_path)])
+        assert res.exit_code == 3 and "buun build --upstream" in " ".join(res.output.split())
+        assert not (tmp_path / "bench.json").exists()
+
+    def test_not_with_a_running_server(self) -> None:
+        res = CliRunner().invoke(app, ["bench", "--against", "upstream", "--url", "http://127.0.0.1:1"])
+        assert res.exit_code == 2 and "--url measures one running server" in " ".join(res.output.split())
+
+
 @pytest.mark.slow
 class TestEndToEnd:
     def test_tiny_pair_ar_vs_dflash(self, tiny_pair: tuple[Path, Path], llama_bin: Path, tmp_path: Path,
@@ -252,7 +238,15 @@ class TestEndToEnd:
             assert df["speedup"] > 0 and len(df["accept_per_pos"]) == 15
         assert all(s["decode_tokens"] == 8 for s in data["samples"])
         assert "--spec-synth-len" in data["commands"]["dflash-al3"] and data["llama_cpp"]["pin"]
-        assert data["commands"]["ar"][-1] == "-nr"
+        assert "-nr" in data["commands"]["ar"]  # --server-args reach every server
+        # the recipe's flags, as `buun serve` runs them: its draft size and draft context; AR without the drafter
+        df_argv = data["commands"]["dflash-al3"]
+        assert df_argv[df_argv.index("--draft-max") + 1] == "16" and df_argv[df_argv.index("-cd") + 1] == "256"
+        assert "-md" not in data["commands"]["ar"] and "-cd" not in data["commands"]["ar"]
+        configs = {c["name"]: c for c in data["configs"]}
+        assert configs["dflash-al3"]["argv"] == df_argv
+        assert configs["dflash-al3"]["overrides"]["set"] == [["--spec-synth-len", "3"]]
+        assert data["options"]["overrides"]["set"] == [["-c", "1024"], ["-nr", None]]
         assert data["machine"]["cpu"] and data["prompt_sources"]["math"].endswith("math.jsonl")
         assert data["options"]["env"] == {"LLAMA_RS_ROLLBACK": "snapshot"}
         assert _png_pixels((tmp_path / "bench.png").read_bytes()).shape[2] == 3
@@ -265,6 +259,71 @@ class TestEndToEnd:
         assert "bandwidth bound: AL x 50 GB/s" in html and 'id="chart-al-sweep"' in html
         for argv in data["commands"].values():  # every server is gone
             assert _port_closed(int(argv[argv.index("--port") + 1]))
+
+    def test_tiny_pair_tree_budget_sweep(self, tiny_pair: tuple[Path, Path], llama_bin: Path, tmp_path: Path) -> None:
+        """The chain and a tree of 4 under the calibrated profile, served by the real CPU llama-server
+        (needs patch 0029's --spec-tree-budget and --spec-synth-tree)."""
+        target, drafter = tiny_pair
+        res = CliRunner().invoke(app, [
+            "bench", "--target", str(target), "--drafter", str(drafter), "--tree-budget", "0,4", "--no-ar",
+            "--suite", "math", "--mode", "raw", "--prompts", "1", "--n-predict", "64", "--ctx", "1024",
+            "--server-args=-nr", "--report", "--out", str(tmp_path)])
+        assert res.exit_code == 0, res.output
+        data = json.loads((tmp_path / "bench.json").read_text())
+        configs = {c["name"]: c for c in data["configs"]}
+        assert list(configs) == ["dflash-tree0", "dflash-tree4"]
+        for name, budget in (("dflash-tree0", 0), ("dflash-tree4", 4)):
+            assert configs[name]["tree_budget"] == budget
+            assert configs[name]["expected_al"] == pytest.approx(treeprofile.DEFAULT.served_al(budget))
+            argv = data["commands"][name]
+            assert configs[name]["argv"] == argv and ("--spec-tree-budget" in argv) == (budget > 1)  # 0: the default
+            assert budget == 0 or argv[argv.index("--spec-tree-budget") + 1] == str(budget)
+            assert treeprofile.parse_synth_tree(argv[argv.index("--spec-synth-tree") + 1])[1:] == \
+                treeprofile.DEFAULT.rows()
+        rows = {r["config"]: r for r in data["summary"]}
+        for row in rows.values():
+            assert row["steps"] > 0 and row["decode_tps"] > 0 and row["step_ms"] > 0 and row["mean_al"] > 1
+        # a tree of 4 nodes is at most 4 deep: at most 4 drafted tokens and the bonus one a step
+        assert rows["dflash-tree4"]["mean_al"] <= 5 and rows["dflash-tree0"]["mean_al"] <= 16
+        assert all(s["decode_tokens"] == 64 for s in data["samples"])
+        html = (tmp_path / "report.html").read_text()
+        table = html.split('<table id="table-tree">', 1)[1].split("</table>", 1)[0]
+        assert 'id="chart-tree"' in html and table.count("<tr>") == 3  # the header and a row per budget
+        for argv in data["commands"].values():  # every server is gone
+            assert _port_closed(int(argv[argv.index("--port") + 1]))
+
+    def test_against_upstream_gives_both_rows_each_with_its_argv(
+            self, upstream_build_dir: Path, tiny_pair: tuple[Path, Path], tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch) -> None:
+        """Issue 26's check: `--against upstream` on the CPU build with the tiny pair, one run."""
+        monkeypatch.setenv("BUUN_BUILD_DIR", str(upstream_build_dir))
+        target, drafter = tiny_pair
+        res = CliRunner().invoke(app, [
+            "bench", "--target", str(target), "--drafter", str(drafter), "--synthetic-al", "3", "--suite", "math",
+            "--mode", "raw", "--prompts", "1", "--n-predict", "8", "--ctx", "1024", "--server-args=-nr",
+            "--against", "upstream", "--report", "--out", str(tmp_path)])
+        assert res.exit_code == 0, res.output
+        data = json.loads((tmp_path / "bench.json").read_text())
+        configs = {c["name"]: c for c in data["configs"]}
+        assert list(configs) == ["ar", "ar-upstream", "dflash-al3", "dflash-al3-upstream"]
+        binaries = {"buun": upstream_build_dir / "cpu" / "bin" / "llama-server",
+                    "upstream": upstream_build_dir / "upstream-cpu" / "bin" / "llama-server"}
+        for name, c in configs.items():
+            assert c["argv"] == data["commands"][name] and c["argv"][0] == str(binaries[c["build"]])
+        ours, theirs = configs["dflash-al3"]["argv"], configs["dflash-al3-upstream"]["argv"]
+        assert ours[ours.index("--spec-type") + 1] == "dflash" and ours[ours.index("-cd") + 1] == "256"
+        assert theirs[theirs.index("--spec-type") + 1] == "draft-dflash" and "-cd" not in theirs
+        assert theirs[theirs.index("--spec-draft-n-max") + 1] == "16" and "--spec-synth-len" in theirs
+        rows = {r["config"]: r for r in data["summary"]}
+        for name in configs:
+            assert rows[name]["decode_tps"] > 0 and rows[name]["build"] == configs[name]["build"]
+        assert rows["dflash-al3-upstream"]["steps"] > 0 and rows["dflash-al3-upstream"]["speedup"] > 0
+        assert rows["dflash-al3"]["vs_upstream"] == pytest.approx(
+            rows["dflash-al3"]["decode_tps"] / rows["dflash-al3-upstream"]["decode_tps"])
+        assert data["llama_cpp"]["upstream_build"]["upstream"] is True and "vs upstream" in res.output
+        html = (tmp_path / "report.html").read_text()
+        assert "DFlash AL 3 (synthetic), upstream" in html and "draft-dflash" in html and "buun / upstream" in html
+        assert 'id="upstream-build-stamp"' in html
 
     def test_without_matplotlib_the_json_is_written_and_the_chart_explained(
             self, tiny_pair: tuple[Path, Path], llama_bin: Path, tmp_path: Path) -> None:

@@ -18,12 +18,20 @@ from typing import Any
 
 import pytest
 
-from buun_tool import report
-from tests.bench_files import NO_MATPLOTLIB, RECORDED, bench_cli, said, write_json
+from buun_tool import report, treeprofile
+from tests.bench_files import NO_MATPLOTLIB, RECORDED, bench_cli, said, tree_sweep_run, write_json
 from tests.server_browser import Chromium, find_chromium
 
 CHARTS = ("speed", "acceptance", "al-sweep", "memory")
 TABLES = ("speed", "acceptance", "al-sweep", "memory", "machine", "build", "prompts")
+SWEEP = "tree-sweep"  # tree_sweep_run(): RECORDED's machine with a tree budget sweep, and every chart
+
+
+def _source(tmp_path: Path, name: str) -> tuple[Path, tuple[str, ...], tuple[str, ...]]:
+    """A run to render and the charts and tables its report must hold."""
+    if name != SWEEP:
+        return RECORDED, CHARTS, TABLES
+    return write_json(tmp_path / "run" / "bench.json", tree_sweep_run()), (*CHARTS, "tree"), (*TABLES, "tree")
 
 
 class _Page(HTMLParser):
@@ -120,6 +128,44 @@ class TestReport:
         assert "Traceback" not in out.stderr and not (tmp_path / "report.html").exists()
 
 
+class TestTreeSweep:
+    """A run with `--tree-budget 8,16,22,32`: the sweep's chart and table, with the AL the profile
+    expects beside the measured one, the step time and the tok/s against the chain's."""
+
+    def test_the_sweep_is_drawn_and_tabled(self, tmp_path: Path) -> None:
+        source, charts, tables = _source(tmp_path, SWEEP)
+        page, text = _parse(_report(tmp_path, source))
+        for ident in charts:
+            assert str(page.ids[f"chart-{ident}"]["src"]).startswith("data:image/png;base64,"), ident
+        for ident in tables:
+            assert page.ids[f"table-{ident}"]["tag"] == "table", ident
+        assert '<section id="tree"><h2>Tree budget sweep</h2><p class="note">' in text
+        body = re.search(r'<table id="table-tree">.*?<tbody>(.*?)</tbody>', text).group(1)
+        rows = [re.findall(r"<td[^>]*>([^<]*)</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", body)]
+        assert [r[3] for r in rows] == ["0", "8", "16", "22", "32"]
+        # what tree_sweep_run() feigns, worked out here: 512 tokens in round(512 / (0.98 x expected AL))
+        # steps of 18 ms, 0.6% more per node past 16
+        def step(budget: int, expected: float) -> tuple[int, float]:
+            return round(512 / (0.98 * expected)), 18.0 * (1 + 0.006 * max(budget - 16, 0))
+        chain_steps, chain_ms = step(0, treeprofile.DEFAULT.chain_al())
+        for row, budget in zip(rows, (0, 8, 16, 22, 32), strict=True):
+            expected = treeprofile.DEFAULT.served_al(budget)
+            steps, ms = step(budget, expected)
+            tps, chain_tps = 512e3 / (steps * ms), 512e3 / (chain_steps * chain_ms)
+            assert row[1:] == ["code", "raw", str(budget), f"{expected:.2f}", f"{1 + (512 - steps) / steps:.2f}",
+                               f"{ms:.2f}", f"{tps:.1f}", f"{tps / chain_tps:.2f}x"]
+        assert rows[0][0] == "DFlash chain (synthetic tree)" and rows[3][0] == "DFlash tree 22 (synthetic tree)"
+        assert rows[3][4] == "8.31" and rows[0][4] == "7.67"  # the calibration's two figures
+
+    def test_the_al_sweep_leaves_the_tree_sweep_out(self, tmp_path: Path) -> None:
+        """Both sweeps in one run: each chart and table holds its own configurations only."""
+        _, text = _parse(_report(tmp_path, _source(tmp_path, SWEEP)[0]))
+        al_table = re.search(r'<table id="table-al-sweep">(.*?)</table>', text).group(1)
+        assert "DFlash AL 7.67" in al_table and "synthetic tree" not in al_table
+        tree_table = re.search(r'<table id="table-tree">(.*?)</table>', text).group(1)
+        assert "DFlash AL" not in tree_table and ">AR<" not in tree_table
+
+
 class TestReportInBrowser:
     def _open(self, tmp_path: Path, page: Path) -> tuple[Chromium, dict[str, Any]]:
         binary = find_chromium()
@@ -136,17 +182,19 @@ class TestReportInBrowser:
             raise
         return browser, state
 
-    def test_the_report_loads_with_no_console_error_and_no_request(self, tmp_path: Path) -> None:
-        page = _report(tmp_path)
+    @pytest.mark.parametrize("run", ["recorded", SWEEP])
+    def test_the_report_loads_with_no_console_error_and_no_request(self, tmp_path: Path, run: str) -> None:
+        source, charts, tables = _source(tmp_path, run)
+        page = _report(tmp_path, source)
         browser, state = self._open(tmp_path, page)
         try:
             errors, requests = browser.console_errors(), browser.requests()
         finally:
             browser.close()
             shutil.rmtree(tmp_path / "profile", ignore_errors=True)
-        assert dict(state["images"]) == {f"chart-{c}": True for c in CHARTS}  # every chart decoded
+        assert dict(state["images"]) == {f"chart-{c}": True for c in charts}  # every chart decoded
         rows = dict(state["tables"])
-        assert all(rows[f"table-{t}"] > 1 for t in TABLES), rows
+        assert all(rows[f"table-{t}"] > 1 for t in tables), rows
         assert errors == []
         # the page itself, then its own data: images; nothing that leaves the file
         assert [u for u in requests if not u.startswith("data:") and u != page.as_uri()] == []

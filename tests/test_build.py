@@ -105,3 +105,49 @@ def test_a_full_disk_is_a_clean_error_whatever_write_meets_it(fake_project: Fake
     assert result.exit_code == Exit.DISK, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)  # no traceback
     assert "the disk is full" in result.output and "free some space" in result.output
+
+
+def test_upstream_is_the_same_build_of_the_pin_unpatched(fake_project: FakeProject) -> None:
+    """`buun build --upstream`: the plan's flags with its own folder and stamp, from an export of the
+    tag buun-baseline under the build folder; the patched tree and its repository are only read."""
+    _two_patch_series(fake_project)
+    p = build.plan(cpu=True, ui="none")
+    up = p.for_upstream()
+    assert (up.name, up.build_dir) == ("upstream-cpu", paths.build_dir("upstream-cpu"))
+    assert up.targets == build.UPSTREAM_TARGETS
+    assert up.cmake_args == p.cmake_args and up.jobs == p.jobs and p.name == "cpu"
+    head = run("git", "-C", str(fake_project.llama), "rev-parse", "HEAD")
+    src = build.upstream_source()
+    assert src.parent == paths.build_dir("cpu").parent
+    assert "int option_3 = 3;" in (src / "common/arg.cpp").read_text()  # the pin, without the series
+    assert "int option_3 = 33;" in (fake_project.llama / "common/arg.cpp").read_text()
+    assert run("git", "-C", str(fake_project.llama), "rev-parse", "HEAD") == head
+    assert run("git", "-C", str(fake_project.llama), "status", "--porcelain") == ""
+    (src / "common/arg.cpp").write_text("left as it is: the tag has not moved\n")
+    assert build.upstream_source() == src and "left as it is" in (src / "common/arg.cpp").read_text()
+    stamp = build._stamp_for(up, src)
+    assert stamp["upstream"] is True and stamp["source"]["commits"] == []
+    assert stamp["source"]["tree"] != build._stamp_for(p, fake_project.llama)["source"]["tree"]
+    with pytest.raises(NotReadyError, match="buun build --upstream"):
+        build.find_upstream_binary("llama-server")
+
+
+def test_upstream_copies_the_settings_of_buuns_build(llama_bin: Path) -> None:
+    stamp = build.read_stamp("cpu")
+    assert stamp is not None
+    up = build.upstream_plan()
+    assert (up.variant, up.ui, up.upstream) == ("cpu", stamp["ui"], True)
+    assert [a for a in up.cmake_args if "LAUNCHER" not in a] == stamp["cmake_args"]
+
+
+@pytest.mark.slow
+def test_an_unchanged_upstream_rebuild_is_a_noop(upstream_build_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BUUN_BUILD_DIR", str(upstream_build_dir))
+    log = upstream_build_dir / "upstream-cpu" / "build.log"
+    before = log.stat().st_mtime_ns
+    result = runner.invoke(app, ["build", "--upstream", "--cpu", "--ui", "none", "--json"])  # as the fixture built it
+    assert result.exit_code == 0, result.output
+    assert '"rebuilt": false' in result.stdout and '"variant": "upstream-cpu"' in result.stdout
+    assert log.stat().st_mtime_ns == before
+    assert build.find_upstream_binary("llama-server") == upstream_build_dir / "upstream-cpu" / "bin" / "llama-server"
+    assert build.find_binary("llama-server") == upstream_build_dir / "cpu" / "bin" / "llama-server"  # buun's, beside

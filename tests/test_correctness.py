@@ -75,6 +75,19 @@ VERIFY_BATCH = 16
 
 DFLASH = ["--spec-type", "dflash", "-cd", "256", "--draft-max", "16", "--draft-min", "1", "-b", "256", "-ub", "64"]
 
+# DDTree verification (patch 0029) under synthetic tree acceptance that often takes a branch: half
+# the depths are hard, and there the target takes the drafter's second or third candidate more
+# often than its first. The trace (LLAMA_TRACE=1) gives the drafter's rank of each accepted token.
+TREE_PROFILE = "0.5:0.9,0.05:0.3,0.4,0.2"
+TREE = ["--spec-tree-budget", "22", "--spec-synth-tree", TREE_PROFILE]
+TREE_LINE = re.compile(r"accepted +\d+/ *\d+ draft tokens \(tree, ranks \[([\d,]*)\]\)")
+
+
+def _branches_taken(log: Path) -> int:
+    """Tree steps whose accepted path left the drafter's top-1 chain."""
+    steps = TREE_LINE.finditer(log.read_text(errors="replace"))
+    return sum(any(r != "0" for r in m.group(1).split(",") if r) for m in steps)
+
 
 def _base(target: Path, *extra: str) -> list[str]:
     return ["-m", str(target), "-np", "1", "-c", "2048", *gpu_layers(), *extra]
@@ -355,11 +368,17 @@ def _chunked_continuation(server: Server, n_prompt: int, committed: list[int]) -
 
 
 @slow
-@pytest.mark.parametrize("synth_len", ["2.5", "6"])
+@pytest.mark.parametrize("synth", [["--spec-synth-len", "2.5"], ["--spec-synth-len", "6"], TREE],
+                         ids=["chain-2.5", "chain-6", "tree-22"])
 def test_rollback_matches_decoding_from_scratch(ar_server: Server, llama_bin: Path,
                                                 tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
-                                                synth_len: str) -> None:
-    args = _dflash_args(tiny_pair_f32, "-fa", "on", "--spec-synth-len", synth_len)
+                                                synth: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a tree (patch 0029) the step commits the accepted path by tape replay from the state
+    before the tree (patch 0028), also where the path left the drafter's top-1 chain: the trace
+    must show such steps. A parent off by one in that replay moves the state by ~5 in
+    log-probability (test-tree-decode's neighbour control)."""
+    monkeypatch.setenv("LLAMA_TRACE", "1")
+    args = _dflash_args(tiny_pair_f32, "-fa", "on", *synth)
     incremental, chunked, spec_diff = [], [], []
     with llama_server(llama_bin, args, tmp_path / "synth.log") as spec:
         for prompt in PROMPTS:
@@ -383,6 +402,64 @@ def test_rollback_matches_decoding_from_scratch(ar_server: Server, llama_bin: Pa
     assert noise <= TOL_CAP, f"decoding noise {noise:.3g} is too large for the harness to judge"
     tol = max(TOL_FLOOR, NOISE_FACTOR * noise)
     assert max(spec_diff) <= tol, f"state after rollback differs by {max(spec_diff):.3g} (noise {noise:.3g})"
+    if synth is TREE:
+        assert _branches_taken(tmp_path / "synth.log") > 0, "no step accepted a branch off the top-1 chain"
+
+
+@slow
+def test_a_request_that_ends_inside_a_draft_keeps_its_cache(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
+                                                            tmp_path: Path) -> None:
+    """Patch 0030: a step accepts tokens past the request's budget (0018 keeps drafts whole); they
+    leave the slot's cache, so continuing with the tokens sent reuses the cache (at most two tokens
+    evaluated) instead of going back to a context checkpoint (45 tokens before the patch). Budgets
+    that end inside a draft, with partial acceptance at the last step and without, for a chain and
+    for a tree."""
+    for name, synth in (("chain", ["--spec-synth-len", "6"]), ("tree", TREE)):
+        args = _dflash_args(tiny_pair_f32, "-fa", "on", *synth)
+        with llama_server(llama_bin, args, tmp_path / f"{name}.log") as spec:
+            for n in (40, 41, 42, 43):
+                gen = spec.complete(PROMPTS[0], n, cache_prompt=True)
+                assert len(gen["tokens"]) == n
+                out = spec.complete(PROMPTS[0] + gen["tokens"] + [1234], 1, cache_prompt=True)
+                # the new token, and the request's last one where no step decoded it
+                assert out["timings"]["prompt_n"] <= 2, f"{name}, n_predict {n}: the cache was not reused"
+
+
+@slow
+def test_tree_greedy_equals_ar(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path) -> None:
+    """Patch 0029: a tree step walks the verified tree by the target's own greedy choices, so the
+    output is AR's token for token, for budgets below, just above and well above the chain's 15
+    (each step decodes a tree, commits its path and gives the drafter the path's features). The
+    random drafter's trees are rarely accepted, so a step makes about one token: 32 tokens a
+    request keep this within a couple of minutes on the CPU."""
+    target, _ = tiny_pair_f32
+    n_gen = 32
+    with llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar:
+        for budget, prompts in (("4", PROMPTS[:1]), ("16", PROMPTS[1:2]), ("22", PROMPTS)):
+            log = tmp_path / f"tree-{budget}.log"
+            args = _dflash_args(tiny_pair_f32, *EXACT, "--spec-tree-budget", budget)
+            with llama_server(llama_bin, args, log) as spec:
+                for prompt in prompts:
+                    got = spec.complete(prompt, n_gen)
+                    assert len(got["tokens"]) == n_gen
+                    _greedy_matches(ar, prompt, got["tokens"], _tie_tol())
+                    assert _spec_stats(got)[0] >= int(budget), "no tree was verified"
+            assert f"tree verification: budget {budget}, 8 candidates per depth" in log.read_text(errors="replace")
+
+
+@slow
+def test_a_tree_of_one_candidate_per_depth_is_the_chain(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
+                                                        tmp_path: Path) -> None:
+    """With one candidate per depth (--spec-tree-k 1) the tree is the drafter's chain, decoded and
+    committed as a tree: under the same synthetic tree acceptance and seed it gives the chain's
+    tokens and acceptance exactly."""
+    runs = {}
+    for name, extra in (("chain", []), ("tree", ["--spec-tree-budget", "22", "--spec-tree-k", "1"])):
+        args = _dflash_args(tiny_pair_f32, *EXACT, "--spec-synth-tree", TREE_PROFILE, *extra)
+        with llama_server(llama_bin, args, tmp_path / f"{name}.log") as spec:
+            runs[name] = [(g["tokens"], _spec_stats(g)) for g in (spec.complete(p, N_GEN) for p in PROMPTS)]
+    assert runs["tree"] == runs["chain"]
+    assert all(0 < accepted < drafted for _, (drafted, accepted) in runs["chain"]), runs["chain"]
 
 
 # Tape replay (patch 0005) against upstream's snapshot planes: the replay runs the ops the verify
@@ -425,8 +502,10 @@ def test_tape_replay_equals_snapshots(llama_bin: Path, tiny_pair_f32: tuple[Path
 
 
 @slow
+@pytest.mark.parametrize("synth", [["--spec-synth-len", "2.5"], TREE], ids=["chain", "tree-22"])
 def test_state_after_rollbacks_survives_slot_save_and_restore(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
-                                                               tmp_path: Path) -> None:
+                                                               tmp_path: Path, synth: list[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Patch 0005 saves a sequence state whose last rollback still waits for its replay as the state
     before the verify plus the tape tokens to replay. Generations that a stop string ends inside an
     accepted draft leave such a state (n_predict alone never does: the server drafts no more than
@@ -434,12 +513,14 @@ def test_state_after_rollbacks_survives_slot_save_and_restore(llama_bin: Path, t
     its tokens from scratch gives, and the same next-token log-probabilities as the live state had
     before it was overwritten (exactly on the CPU, within TAPE_TOL_GPU on CUDA). On CUDA the
     from-scratch comparison carries the batch-size noise of the rollback test (~1e-2 measured),
-    so there it is held to TOL_CAP, the most the harness judges."""
+    so there it is held to TOL_CAP, the most the harness judges. With a tree (patch 0029) the
+    accepted paths, branches among them (the trace shows them), are committed the same way."""
+    monkeypatch.setenv("LLAMA_TRACE", "1")
     tol_exact, tol_scratch = _tape_tol(), TOL_CAP if gpu_layers() else TOL_FLOOR
     save_dir = tmp_path / "slots"
     save_dir.mkdir()
     target, _ = tiny_pair_f32
-    args = _dflash_args(tiny_pair_f32, *EXACT, "--spec-synth-len", "2.5", "--slot-save-path", f"{save_dir}/")
+    args = _dflash_args(tiny_pair_f32, *EXACT, *synth, "--slot-save-path", f"{save_dir}/")
     restored, scratch = [], []
     with llama_server(llama_bin, args, tmp_path / "spec.log") as spec, \
             llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar:
@@ -461,6 +542,8 @@ def test_state_after_rollbacks_survives_slot_save_and_restore(llama_bin: Path, t
     print(f"restored vs live state {max(restored):.3g}, vs decoding from scratch {max(scratch):.3g}")
     assert max(restored) <= tol_exact, f"the restored state differs from the saved one by {max(restored):.3g}"
     assert max(scratch) <= tol_scratch, f"restored state differs from decoding from scratch by {max(scratch):.3g}"
+    if synth is TREE:
+        assert _branches_taken(tmp_path / "spec.log") > 0, "no step accepted a branch off the top-1 chain"
 
 
 # a draft candidate of the DFlash drafter (common/speculative.cpp logs three per drafted position with -v)

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from buun_tool import fit, recipes
 from buun_tool.cli.app import app
+from buun_tool.errors import UsageError
 
 MIB = 2**20
 CALIBRATION_AR = fit.FitFlags(ctx=6048, draft_max=0, batch=2048, ubatch=512)
@@ -86,6 +87,82 @@ class TestComponents:
         f = fit.flags_from_recipe(recipe)
         assert (f.ctx, f.batch, f.ubatch, f.n_parallel) == (6048, 256, 64, 1)
         assert f.draft_max == 16 and f.draft_ctx == 256  # the fork's --draft-max and -cd
+
+
+# the 27B's sizes, written out: 48 delta-net layers with a conv row of 10240 and 48 value heads
+# (gate and beta), f32; a vocabulary of 248320; 64 ubatch rows of 4 x 4 x 17408 bytes (the FFN);
+# 5 tapped layers of 5120; the f16 KQ mask of 64 rows x 6144 cells
+TAPE_ROW = 48 * (10240 + 2 * 48) * 4
+LOGITS_ROW = 248320 * 4
+UB_ROWS = 64 * 4 * 4 * 17408
+MASK = 64 * 6144 * 2
+FEATURE_ROW = 5 * 5120 * 4
+PLANES = 2 * 48 * (128 * 6144 + 3 * 10240) * 4
+
+
+class TestTree:
+    """A tree of budget N verifies N + 1 tokens in one ubatch: the tape holds max(n_max, N) + 1 rows,
+    the target's buffer holds N + 1 logits rows, the drafter's features N + 1 verify rows."""
+
+    TAPE = replace(CALIBRATION_DFLASH, rollback="tape")
+
+    def test_the_tape_the_logits_and_the_features_grow_to_the_budget(self, recipe) -> None:
+        chain = fit.predict(recipe, self.TAPE)
+        tree = fit.predict(recipe, replace(self.TAPE, tree_budget=22))
+        assert chain.get("recurrent") == PLANES + (16 + 1) * TAPE_ROW  # the 331.42 MiB of the chain
+        assert tree.get("recurrent") == PLANES + (23 + 1) * TAPE_ROW
+        # the chain's 16 logits rows are under the ubatch's activations; the tree's 23 are not
+        assert chain.get("target_compute") == UB_ROWS + MASK and 16 * LOGITS_ROW < UB_ROWS
+        assert tree.get("target_compute") == 23 * LOGITS_ROW + MASK
+        assert (chain.get("features"), tree.get("features")) == (16 * FEATURE_ROW, 23 * FEATURE_ROW)
+        extra = fit.tree_extra(recipe, replace(self.TAPE, tree_budget=22))
+        assert extra == {"recurrent": 7 * TAPE_ROW, "target_compute": 23 * LOGITS_ROW - UB_ROWS,
+                         "features": 7 * FEATURE_ROW}
+        assert sum(extra.values()) / MIB == pytest.approx(13.25 + 4.79 + 0.68, abs=0.01)
+        assert tree.total - chain.total == sum(extra.values())
+
+    def test_a_budget_under_the_draft_length_costs_nothing_more(self, recipe) -> None:
+        for budget in (0, 1, 8, 15):
+            assert fit.tree_extra(recipe, replace(self.TAPE, tree_budget=budget)) == {}
+
+    def test_snapshots_keep_a_plane_per_tree_node(self, recipe) -> None:
+        snapshot = fit.predict(recipe, replace(CALIBRATION_DFLASH, tree_budget=22))
+        assert snapshot.get("recurrent") == (1 + 22) * 48 * (128 * 6144 + 3 * 10240) * 4
+
+    def test_a_tree_must_fit_one_ubatch(self) -> None:
+        fit.check_tree(replace(self.TAPE, tree_budget=63))
+        with pytest.raises(UsageError, match="a tree budget of 64 verifies 65 tokens in one ubatch, more than -ub 64"):
+            fit.check_tree(replace(self.TAPE, tree_budget=64))
+        fit.check_tree(replace(self.TAPE, draft_max=0, tree_budget=64))  # AR: no tree at all
+
+    def test_the_budget_comes_from_the_flags_in_any_spelling_or_the_recipe(self, recipe) -> None:
+        assert fit.flags_from_recipe(recipe).tree_budget == 0
+        for spelling in fit.TREE_BUDGET_FLAGS:
+            assert fit.flags_from_server_flags({**recipe.server_flags, spelling: "22"}).tree_budget == 22
+        assert fit.flags_from_recipe(replace(recipe, tree_budget=16)).tree_budget == 16
+
+    def test_the_cli_shows_what_the_tree_adds(self) -> None:
+        # the recipe drafts 16 (--draft-max 16): its chain verifies 17 tokens, the tree 23
+        res = CliRunner().invoke(app, ["fit", "--gpu-mem", "24", "--tree-budget", "22", "--json"])
+        assert res.exit_code == 0, res.output
+        data = json.loads(res.stdout)
+        assert data["prediction"]["flags"]["tree_budget"] == 22
+        assert data["tree_extra"] == {"budget": 22, "bytes": 6 * TAPE_ROW + 23 * LOGITS_ROW - UB_ROWS + 6 * FEATURE_ROW,
+                                      "by_component": {"recurrent": 6 * TAPE_ROW,
+                                                       "target_compute": 23 * LOGITS_ROW - UB_ROWS,
+                                                       "features": 6 * FEATURE_ROW}}
+        assert "the chain (--tree-budget 0)" in [k["change"] for k in data["knobs"]]
+        res = CliRunner().invoke(app, ["fit", "--gpu-mem", "24", "--tree-budget", "22"])
+        assert res.exit_code == 0 and f"tree budget 22: +{data['tree_extra']['bytes'] / MIB:.2f} MiB over the chain" \
+            in " ".join(res.stdout.split())
+        chain = json.loads(CliRunner().invoke(app, ["fit", "--gpu-mem", "24", "--json"]).stdout)
+        assert chain["tree_extra"] is None
+
+    @pytest.mark.parametrize("budget, message", [("-1", "--tree-budget -1: expected 0 or more draft nodes"),
+                                                 ("64", "more than -ub 64")])
+    def test_a_budget_it_cannot_plan(self, budget: str, message: str) -> None:
+        res = CliRunner().invoke(app, ["fit", "--gpu-mem", "24", "--tree-budget", budget])
+        assert res.exit_code == 2 and message in " ".join(res.output.split()), res.output
 
 
 class TestContext:
@@ -167,7 +244,9 @@ class TestMeasured:
         fit.FitFlags(ctx=2048, draft_max=15),
         fit.FitFlags(ctx=3000, draft_max=4, ubatch=128, cache_type_k="q8_0", cache_type_v="q8_0", n_parallel=2),
         fit.FitFlags(ctx=2048, draft_max=0, batch=2048, ubatch=512),
-    ], ids=["dflash", "dflash-q8-np2", "ar"])
+        # needs patch 0029's --spec-tree-budget: fails with a build before it
+        fit.FitFlags(ctx=2048, draft_max=15, tree_budget=22),
+    ], ids=["dflash", "dflash-q8-np2", "ar", "dflash-tree22"])
     def test_prediction_matches_the_buffers(self, recipe, flags: fit.FitFlags, tiny_pair, llama_bin,
                                             tmp_path: Path) -> None:
         m = fit.measure(recipe, flags, tiny_pair[0].parent, tmp_path, scale="tiny")

@@ -50,6 +50,7 @@ def test_shipped_recipe_loads():
     assert r.repos()["tokenizer"].files[-1] == "config.json"
     assert "config.json" not in r.tokenizer.files
     assert r.expect["target_layer_ids"] == [1, 16, 31, 46, 61]
+    assert (r.tree_budget, r.tree_k) == (0, 8)  # the chain until a tree is measured to beat it
 
 
 def test_tiny_geometry_keeps_the_structure():
@@ -73,6 +74,9 @@ def test_tiny_geometry_keeps_the_structure():
     # a scale's overrides are typed too, under their own key
     ("geometry.tiny.target.vocab_size", "4k", "geometry.tiny.target.vocab_size: expected a integer, got '4k'"),
     ("expect.mask_token_id", "248070", "expect.mask_token_id: expected a integer"),
+    ("server.tree.budget", -1, "server.tree.budget: expected 0 (the chain) or a number of draft nodes, got -1"),
+    ("server.tree.budget", "22", "server.tree.budget: expected a integer, got '22'"),
+    ("server.tree.k", 0, "server.tree.k: expected a positive number of candidates per draft depth, got 0"),
 ])
 def test_validation_errors_name_file_and_field(tmp_path: Path, dotted: str, value: Any, expected: str):
     path = _write(tmp_path, _set(_shipped(), dotted, value))
@@ -101,6 +105,7 @@ def _rename(data: dict[str, Any], dotted: str, new: str) -> dict[str, Any]:
      "geometry.tiny.drafter.target_layers_ids: unknown key (did you mean geometry.tiny.drafter.target_layer_ids?)"),
     ("geometry.target", "targte", "geometry.targte: unknown key (did you mean geometry.target?)"),
     ("expect.block_size", "blocksize", "expect.blocksize: unknown key (did you mean expect.block_size?)"),
+    ("server.tree.budget", "budjet", "server.tree.budjet: unknown key (did you mean server.tree.budget?)"),
 ])
 def test_unknown_keys_are_errors_with_the_nearest_valid_key(tmp_path: Path, dotted: str, new: str, expected: str):
     path = _write(tmp_path, _rename(_shipped(), dotted, new))
@@ -112,7 +117,7 @@ def test_unknown_keys_are_errors_with_the_nearest_valid_key(tmp_path: Path, dott
 
 def test_an_unknown_key_with_no_near_one_lists_the_valid_keys(tmp_path: Path):
     path = _write(tmp_path, _set(_shipped(), "server.port", 8080))
-    with pytest.raises(recipes.RecipeError, match=r"server\.port: unknown key \(valid: flags\)"):
+    with pytest.raises(recipes.RecipeError, match=r"server\.port: unknown key \(valid: flags, tree\)"):
         recipes.load(str(path))
 
 

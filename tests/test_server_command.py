@@ -24,10 +24,20 @@ class TestCanonical:
         ("--spec-draft-n-min", "--draft-min"), ("--spec-draft-ngl", "-ngld"),
         ("--no-jinja", "--jinja"), ("--no-webui", "--ui"), ("-nkvo", "-kvo"),
         ("--backend-sampling", "-bs"),
+        ("--tree-budget", "--spec-tree-budget"), ("--ddtree-budget", "--spec-tree-budget"),
         ("--some-new-flag", "--some-new-flag"),
     ])
     def test_spellings(self, spelling: str, expected: str) -> None:
         assert canonical(spelling) == expected
+
+
+def test_an_option_is_found_in_any_spelling() -> None:
+    """What `buun fit` reads from the recipe's flags, through the one table of spellings."""
+    flags = {"--ctx-size": "4096", "--spec-draft-n-max": "8", "--no-kv-offload": True, "-kvo": True}
+    assert command.option(flags, "-c") == "4096" and command.option(flags, "--draft-max") == "8"
+    assert command.option(flags, "-cd", "none") == "none"
+    assert command.option(flags, "--kv-offload") is True  # -kvo, not its negation
+    assert command.option({"-c": "1", "--ctx-size": "2"}, "-c") == "2"  # the last one given wins
 
 
 class TestParseArgs:
@@ -105,6 +115,18 @@ class TestManagedAndSecrets:
         argv = command.server_argv("s", "/m/t.gguf", "/m/d.gguf", "127.0.0.1", 1, [("-a", "mine")], alias="r")
         assert "--alias" not in argv and argv[argv.index("-a") + 1] == "mine"
 
+    def test_no_drafter_no_md(self) -> None:
+        """An AR server (bench's baseline, fit's AR measurement) from the same builder."""
+        argv = command.server_argv("s", "t.gguf", None, "127.0.0.1", 1, [("-c", "1")])
+        assert argv[:4] == ["s", "-m", "t.gguf", "-c"] and "-md" not in argv
+
+    def test_models_taken_from_raw_arguments(self) -> None:
+        target, draft, rest = command.take_models(parse_args(["--model", "t.gguf", "-c", "1", "-md", "d.gguf"]))
+        assert (target, draft, rest) == ("t.gguf", "d.gguf", [("-c", "1")])
+        assert command.take_models(parse_args(["-m", "t.gguf"]))[1] is None
+        with pytest.raises(UsageError, match="no model"):
+            command.take_models(parse_args(["-c", "1"]))
+
     def test_mask(self) -> None:
         assert command.mask(["x", "--api-key", "k", "-hft", "t", "-c", "1"]) == [
             "x", "--api-key", "****", "-hft", "****", "-c", "1"]
@@ -158,16 +180,6 @@ _GIVEN = {"models_dir": Path("/m"), "model": Path("/m/t.gguf"), "draft": Path("/
 
 
 # --- through the CLI ------------------------------------------------------------------------
-
-@pytest.fixture
-def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """--print-cmd needs only a binary path; it never runs it."""
-    d = tmp_path / "bin"
-    d.mkdir()
-    (d / "llama-server").write_text("#!/bin/sh\nexit 1\n")
-    monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(d))
-    return d
-
 
 def flat(text: str) -> str:
     """Output with rich's line wrapping undone."""
@@ -252,8 +264,9 @@ def test_error_hints_know_which_recipe_flags_the_user_replaced(fake_bin: Path) -
 
 # --- secrets and exposure -------------------------------------------------------------------
 
-def _user_recipe(name: str, flags: dict[str, object], **top: object) -> Path:
-    """The shipped recipe under another name in the user's recipe folder, with extra server flags."""
+def _user_recipe(name: str, flags: dict[str, object], tree: dict[str, int] | None = None, **top: object) -> Path:
+    """The shipped recipe under another name in the user's recipe folder, with extra server flags
+    (and server.tree settings)."""
     import yaml
 
     from buun_tool import recipes
@@ -261,6 +274,7 @@ def _user_recipe(name: str, flags: dict[str, object], **top: object) -> Path:
     data = yaml.safe_load(recipes.load().source.read_text())
     data.update(name=name, **top)
     data["server"]["flags"].update(flags)
+    data["server"]["tree"].update(tree or {})
     path = paths.config_dir() / "recipes" / f"{name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -411,3 +425,67 @@ class TestOneLaunch:
         assert serve_spec.port == 9123 and serve_spec.policy.max_crashes == 4
         assert dict(serve_spec.flags)["-c"] == "2048" and "-cd" not in dict(serve_spec.flags)
         assert "wait" in launched["start"][1] and "foreground" not in launched["start"][1]
+
+
+class TestTreeBudget:
+    """The tree budget (patch 0029): --tree-budget, the recipe's server.tree, or a flag after `--`."""
+
+    ARGS = ["--model", "/m/t.gguf", "--draft", "/m/d.gguf", "--print-cmd"]
+
+    def argv(self, *args: str, recipe: str | None = None) -> list[str]:
+        r = CliRunner().invoke(app, ["serve", *([recipe] if recipe else []), *self.ARGS, *args])
+        assert r.exit_code == 0, r.output
+        return r.stdout.split()
+
+    @staticmethod
+    def tree(argv: list[str]) -> list[str]:
+        return [t for i, t in enumerate(argv) if t.startswith("--spec-tree") or argv[i - 1].startswith("--spec-tree")]
+
+    def test_the_shipped_recipe_serves_the_chain_without_a_tree_flag(self, fake_bin: Path) -> None:
+        """0 is llama-server's default: a build without patch 0029 serves the recipe as before."""
+        assert self.tree(self.argv()) == [] and self.tree(self.argv("--tree-budget", "1")) == []
+
+    @pytest.mark.parametrize("cmd", ["serve", "start"])
+    def test_the_command_line_sets_a_tree_with_the_recipes_k(self, fake_bin: Path, cmd: str) -> None:
+        if cmd == "serve":
+            assert self.tree(self.argv("--tree-budget", "22")) == ["--spec-tree-budget", "22", "--spec-tree-k", "8"]
+        else:  # start has no --print-cmd: what it would run is its resolved spec
+            s, _ = spec.resolve(None, **_GIVEN, tree_budget=22)
+            assert self.tree(s.argv) == ["--spec-tree-budget", "22", "--spec-tree-k", "8"]
+            r = CliRunner().invoke(app, ["start", *self.ARGS[:4], "--tree-budget", "-1"])
+            assert r.exit_code == 2 and "--tree-budget -1: expected 0 or more draft nodes" in flat(r.stderr)
+
+    def test_the_recipes_tree_and_its_override(self, fake_bin: Path) -> None:
+        _user_recipe("treed", {}, tree={"budget": 16, "k": 4})
+        assert self.tree(self.argv(recipe="treed")) == ["--spec-tree-budget", "16", "--spec-tree-k", "4"]
+        assert self.tree(self.argv("--tree-budget", "0", recipe="treed")) == []  # back to the chain
+        assert self.tree(self.argv("--tree-budget", "32", recipe="treed")) == [
+            "--spec-tree-budget", "32", "--spec-tree-k", "4"]
+        # a budget among the recipe's own flags is the recipe's: the command line replaces it
+        _user_recipe("flagged", {"--ddtree-budget": 22})
+        assert self.tree(self.argv(recipe="flagged")) == ["--spec-tree-budget", "22", "--spec-tree-k", "8"]
+        assert self.tree(self.argv("--tree-budget", "0", recipe="flagged")) == []
+
+    def test_any_spelling_after_dashes_and_a_k_of_ones_own(self, fake_bin: Path) -> None:
+        assert self.tree(self.argv("--", "--ddtree-budget", "16")) == ["--spec-tree-budget", "16", "--spec-tree-k", "8"]
+        assert self.tree(self.argv("--tree-budget", "22", "--", "--spec-tree-k", "4")) == [
+            "--spec-tree-k", "4", "--spec-tree-budget", "22"]
+
+    @pytest.mark.parametrize("args, message", [
+        (["--tree-budget", "-3"], "--tree-budget -3: expected 0 or more draft nodes"),
+        (["--", "--spec-tree-budget=-3"], "--spec-tree-budget -3: expected a whole number of draft nodes"),
+        (["--", "--tree-budget", "many"], "--spec-tree-budget many: expected a whole number of draft nodes"),
+        (["--", "--tree-budget"], "--spec-tree-budget without a value: expected a whole number of draft nodes"),
+        (["--tree-budget", "3", "--", "--tree-budget", "4"], "--tree-budget and a --spec-tree-budget after `--` both"),
+        (["--tree-budget", "64"], "a tree budget of 64 verifies 65 tokens in one ubatch, more than -ub 64"),
+        (["--tree-budget", "40", "--", "-ub", "32"], "pass a budget of at most 31, or a larger ubatch (`-- -ub 41"),
+    ])
+    def test_a_budget_that_cannot_be_served_says_why_and_what_to_do(self, fake_bin: Path, args: list[str],
+                                                                      message: str) -> None:
+        r = CliRunner().invoke(app, ["serve", *self.ARGS, *args])
+        assert r.exit_code == 2 and message in flat(r.stderr), r.output
+        assert "hint:" in flat(r.stderr)
+
+    def test_a_tree_that_fits_a_larger_ubatch(self, fake_bin: Path) -> None:
+        argv = self.argv("--tree-budget", "64", "--", "-ub", "128")
+        assert self.tree(argv)[:2] == ["--spec-tree-budget", "64"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.llama_proc import free_port
+from buun_tool.server.process import free_port
 from tests.server_helpers import ROOT, processes_with_env
 
 

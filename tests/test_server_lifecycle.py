@@ -17,7 +17,7 @@ import psutil
 import pytest
 import requests
 
-from tests.llama_proc import free_port
+from buun_tool.server.process import free_port
 from tests.server_helpers import TEST_FLAGS, Buun, chat
 
 pytestmark = pytest.mark.slow

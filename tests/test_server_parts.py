@@ -58,6 +58,16 @@ class TestMetrics:
         assert s.accepted_per_position == [18, 12, 7]
         assert s.tokens_per_second == pytest.approx(80.0)
 
+    def test_delta_between_readings(self) -> None:
+        """One request's share of the counters, as `buun bench` takes it."""
+        before = metrics.dflash_stats(metrics.parse(METRICS))
+        after = metrics.dflash_stats(metrics.parse(METRICS.replace(" 300", " 330").replace(" 120", " 132")
+                                                   .replace(" 20\n", " 24\n").replace('"1"} 12', '"1"} 15')))
+        d = metrics.delta(before, after)
+        assert (d["drafted"], d["accepted"], d["steps"]) == (30, 12, 4)
+        assert d["accepted_per_pos"] == [0, 3, 0]
+        assert metrics.delta(None, after) == {}
+
     def test_no_drafts_yet_and_no_speculation(self) -> None:
         s = metrics.dflash_stats(metrics.parse("llamacpp:spec_decode_num_drafts_total 0\n"))
         assert s is not None and s.acceptance_rate is None and s.mean_acceptance_length is None

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from buun_tool.cli.app import app
 from buun_tool.server import service
 from buun_tool.server.instance import Instance
-from tests.llama_proc import free_port
+from buun_tool.server.process import free_port
 from tests.server_helpers import TEST_FLAGS, Buun, chat
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -200,3 +200,14 @@ def test_the_unit_runs_its_launch_as_systemd_would(buun: Buun, tmp_path: Path,
         proc.kill()
         proc.wait()
     assert buun.record("svc")["state"] == "stopped" and not buun.ours()
+
+
+def test_the_tree_budget_reaches_the_unit(unit_env: dict) -> None:
+    """--tree-budget is resolved into the launch the unit runs, not written into ExecStart."""
+    assert install(unit_env, "--name", "t", "--tree-budget", "22").exit_code == 0
+    flags = dict(saved("t")["flags"])
+    assert (flags["--spec-tree-budget"], flags["--spec-tree-k"]) == ("22", "8")
+    assert "--tree-budget" not in exec_start((unit_env["dir"] / "buun-t.service").read_text())
+    r = install(unit_env, "--name", "u", "--tree-budget", "99")  # refused before a unit is written
+    assert r.exit_code == 2 and "more than -ub 64" in " ".join(r.stderr.split())
+    assert not (unit_env["dir"] / "buun-u.service").exists()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.llama_proc import free_port
+from buun_tool.server.process import free_port
 from tests.server_browser import Chromium, find_chromium
 from tests.server_helpers import ROOT, TEST_FLAGS, Buun
 

@@ -24,8 +24,8 @@ import yaml
 from buun_tool import build, paths, pull, recipes
 from buun_tool.server import control
 from buun_tool.server.instance import Instance, all_instances
+from buun_tool.server.process import free_port
 from tests.hub_server import FakeHub
-from tests.llama_proc import free_port
 from tests.tiny_models import DRAFTER_REPO, write_recipe
 
 pytestmark = pytest.mark.slow

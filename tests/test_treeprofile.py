@@ -65,3 +65,29 @@ def test_the_tree_builder_agrees_with_the_calibration(llama_bin: Path, tmp_path:
             assert m, r.stdout
             assert int(m.group(1)) == budget
             assert float(m.group(3)) == pytest.approx(treeprofile.expected_al(rates, budget, seed), abs=1e-4)
+
+
+@pytest.mark.parametrize("profile", [treeprofile.DEFAULT, treeprofile.Profile(u=0.1, hard_top1=0.5),
+                                     treeprofile.Profile(u=1 / 3, hard_top1=0.7)])
+def test_the_servers_value_reads_back_as_the_same_rows(profile: treeprofile.Profile) -> None:
+    value = treeprofile.synth_tree_value(profile)
+    u, easy, hard = treeprofile.parse_synth_tree(value)
+    assert (u, easy, hard) == (profile.u, *profile.rows())  # exactly: no digit lost on the way
+    assert value.count(":") == 2 and len(easy) == len(hard) == treeprofile.K
+
+
+@pytest.mark.parametrize("value, message", [
+    ("0.3:0.9,0.05", "three parts"),
+    ("0.3:0.9,0.05:0.6", "the easy row has 2 rates, the hard row 1"),
+    ("1.5:0.9:0.6", "1.5 is not a probability"),
+    ("0.3:0.9,0.2:0.6,0.1", "sum to 1.1"),
+])
+def test_a_bad_value_says_what_is_wrong(value: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        treeprofile.parse_synth_tree(value)
+
+
+def test_a_server_at_budget_0_or_1_verifies_the_chain() -> None:
+    p = treeprofile.DEFAULT
+    assert p.served_al(0) == p.served_al(1) == pytest.approx(7.67, abs=2e-3)
+    assert p.served_al(22) == p.tree_al(22)

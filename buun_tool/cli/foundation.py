@@ -6,7 +6,7 @@
     buun vendor --archive FILE           write a trimmed source archive for offline machines
     buun patch [--check|--status|--reverse]   apply / dry-run / show / remove the patch series
     buun patch export                    regenerate patches/ from commits in vendor/llama.cpp
-    buun build [--cpu|--cuda] [--cuda-arch 86] [--force]
+    buun build [--cpu|--cuda] [--cuda-arch 86] [--force] [--upstream]
 """
 
 from __future__ import annotations
@@ -120,10 +120,19 @@ def build(
     jobs: int = typer.Option(None, "--jobs", "-j", min=1, help="Parallel jobs (default: from cores and memory)."),
     ui: str = typer.Option(None, "--ui", help="Web UI: build (npm), prebuilt (download) or none (default: detect)."),
     force: bool = typer.Option(False, "--force", help="Rebuild even if nothing changed."),
+    upstream: bool = typer.Option(False, "--upstream", help="Build the unpatched pin instead, beside buun's build "
+                                  "(its flags unless given, its own stamp), for `buun bench --against upstream`."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Build llama-server, llama-quantize, llama-cli, llama-bench, llama-speculative-simple and the tree checks."""
-    p = build_stage.plan(cpu=cpu, cuda=cuda, arch=cuda_arch, jobs=jobs, ui=ui)
+    """Build llama-server, llama-quantize, llama-cli, llama-bench, llama-speculative-simple and the tree checks.
+
+    With --upstream: llama-server and llama-bench of the pinned llama.cpp without buun's patches,
+    from the vendored repo's tag buun-baseline, into the build folder's upstream-VARIANT."""
+    if upstream and not (cpu or cuda or cuda_arch or ui):
+        p = build_stage.upstream_plan(jobs)  # the settings of buun's own build: only the patches differ
+    else:
+        p = build_stage.plan(cpu=cpu, cuda=cuda, arch=cuda_arch, jobs=jobs, ui=ui)
+        p = p.for_upstream() if upstream else p
     if p.ui == "none":
         console.warn("no npm and no network: the server is built without its web chat UI")
     result = build_stage.build(p, force=force)

@@ -4,16 +4,19 @@
                                     random-weight GGUFs shaped exactly like the recipe's pair
     buun synth --dry-run            tensor counts and sizes, nothing written
     buun bench [RECIPE] [--synthetic-al 7.67 ... | --al-sweep] [--suite code,math,prose] [--mode raw,chat]
-               [--prompts N] [--n-predict N] [--repeats N] [--target T.gguf --drafter D.gguf | --url URL]
-               [--report] [--bandwidth-gbs N]
+               [--tree-budget 8,16,22,32] [--prompts N] [--n-predict N] [--repeats N]
+               [--target T.gguf --drafter D.gguf | --url URL] [--report] [--bandwidth-gbs N]
                                     AR vs DFlash llama-servers: tok/s, TTFT, acceptance; JSON (+ PNG with matplotlib,
                                     + one self-contained HTML report with --report)
+    buun bench --against upstream [...]  every configuration on buun's build and on unpatched llama.cpp
+                                    (`buun build --upstream`), side by side with buun's tok/s over upstream's
     buun bench --report-from bench.json [--out DIR] [--bandwidth-gbs N]
                                     the HTML report of a recorded run (no server started)
     buun bench --compare A.json B.json [--out DIR] [--json]
                                     two recorded runs side by side; differences beyond their own noise flagged
-    buun fit [RECIPE] [--gpu-mem 24] [--ctx N] [--ctk q8_0] [--draft-max N] [--measure]
-                                    GPU memory by component, the largest context that fits, knobs
+    buun fit [RECIPE] [--gpu-mem 24] [--ctx N] [--ctk q8_0] [--draft-max N] [--tree-budget N] [--measure]
+                                    GPU memory by component, the largest context that fits, knobs;
+                                    with a tree budget, what the tree adds over the chain
 """
 
 from __future__ import annotations
@@ -23,12 +26,12 @@ import time
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from buun_tool import bench, build, chart, compare, console, fit, patches, paths, recipes, report, synth
+from buun_tool import bench, bench_configs, build, chart, compare, console, fit, patches, paths, recipes, report, synth
 from buun_tool.cli.options import ModelsDirOpt
 from buun_tool.errors import NotReadyError, UsageError
 
@@ -40,6 +43,7 @@ ScaleOpt = Annotated[str | None, typer.Option(
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 # --rollback's values; typer refuses any other by name (the environment's is checked by patches)
 Rollback = Enum("Rollback", {name: name for name in patches.ROLLBACKS}, type=str)
+Against = Enum("Against", {"upstream": "upstream"}, type=str)  # bench --against: the builds beside buun's
 
 
 def _default_scale(scale: str | None) -> str:
@@ -134,14 +138,24 @@ def bench_cmd(
         "server each). Measures step cost on random weights.", show_default=False)] = None,
     al_sweep: Annotated[bool, typer.Option("--al-sweep", help="Add DFlash servers at synthetic AL 1, 2, ..., 10: "
                                            "the report's tok/s against AL.")] = False,
+    tree_budget: Annotated[str | None, typer.Option(
+        "--tree-budget", metavar="N,N,...", help="Sweep the DDTree budget: one DFlash server per budget and the "
+        "chain (0), each with the calibrated synthetic tree profile (--spec-synth-tree; needs patch 0029): the "
+        "report's tok/s and AL against the budget.", show_default=False)] = None,
     no_ar: Annotated[bool, typer.Option("--no-ar", help="Skip the autoregressive baseline.")] = False,
-    ctx: Annotated[int, typer.Option("--ctx", help="llama-server -c.")] = 6048,
-    draft_max: Annotated[int | None, typer.Option("--draft-max", help="--spec-draft-n-max (default: block_size-1).",
+    against: Annotated[Against | None, typer.Option(
+        "--against", help="Also run every configuration on unpatched llama.cpp (`buun build --upstream` builds "
+        "it), in its spellings and without -cd: both rows, and buun's tok/s over upstream's.",
+        show_default=False)] = None,
+    ctx: Annotated[int, typer.Option("--ctx", help="llama-server -c of every server (bench pins it; the recipe's "
+                                     "`fit` depends on the card).")] = bench_configs.DEFAULT_CTX,
+    draft_max: Annotated[int | None, typer.Option("--draft-max", help="Replaces the recipe's --draft-max.",
                                                   show_default=False)] = None,
-    host_sampling: Annotated[bool, typer.Option("--host-sampling", help="Sample on the host, without -bs (the "
-                                                "recipe's default samples in the target's graph).")] = False,
-    server_args: Annotated[str, typer.Option("--server-args", help="Extra llama-server flags for every server, "
-                                             "as one string: --server-args '-t 8'.")] = "",
+    host_sampling: Annotated[bool, typer.Option("--host-sampling", help="Sample on the host: drops the recipe's "
+                                                "--backend-sampling.")] = False,
+    server_args: Annotated[str, typer.Option("--server-args", help="llama-server flags for every server, as one "
+                                             "string, replacing the recipe's of the same option as `buun serve -- "
+                                             "FLAGS` does: --server-args '-t 8'.")] = "",
     out: Annotated[Path | None, typer.Option("--out", help="Folder for the JSON, PNG and server logs.",
                                              show_default=False)] = None,
     load_timeout: Annotated[float, typer.Option("--load-timeout", help="Seconds a server may take to load.")
@@ -159,7 +173,10 @@ def bench_cmd(
                                                         "known cards).", show_default=False)] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Run AR and DFlash llama-servers over prompt suites: decode and prompt tok/s, TTFT, acceptance."""
+    """Run AR and DFlash llama-servers over prompt suites: decode and prompt tok/s, TTFT, acceptance.
+
+    Each server runs the recipe's own flags, as `buun serve` does, with the context pinned (--ctx)
+    and the changes given here; bench.json records each server's exact argv."""
     if report_from and compare_:
         raise UsageError("--report-from and --compare are two different commands: pass one of them")
     if bandwidth_gbs is not None and bandwidth_gbs <= 0:
@@ -169,24 +186,38 @@ def bench_cmd(
         return _report_from(report_from, out, bandwidth_gbs)
     if compare_:
         return _compare(*compare_, out, json_out)
-    synthetic_al = bench.synthetic_lengths(synthetic_al, al_sweep) or None
+    if against and url:
+        raise UsageError("--against runs its own servers on both builds; --url measures one running server",
+                         "leave out one of them")
+    if against:
+        build.find_upstream_binary("llama-server")  # before the models are made: say what to build first
+    synthetic_al = bench_configs.synthetic_lengths(synthetic_al, al_sweep) or None
+    if tree_budget is not None and url:
+        raise UsageError("--tree-budget sweeps servers buun starts itself; --url measures one running server",
+                         "leave out --url (the synthetic pair is the default), or --tree-budget")
+    budgets = bench_configs.tree_budgets(tree_budget) if tree_budget is not None else []
     r = recipes.load(recipe)
-    dgeo = r.geometry_at("full").drafter
     models = paths.models_dir(models_dir)
+    overrides = bench_configs.common(ctx, draft_max, host_sampling, shlex.split(server_args))
+    trees = bench_configs.tree_configs(budgets, r, overrides, models)  # a tree that cannot be served: before the models
+    cfgs = bench_configs.configs(not no_ar, synthetic_al, trees)
+    alone = bench_configs.without_twin(cfgs) if against else []
+    if alone:
+        console.warn(f"--against upstream: {', '.join(c.name for c in alone)} run on buun's build only "
+                     "(upstream llama.cpp has no tree verification)")
     t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale, models)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = out or paths.bench_dir() / stamp
-    flags = bench.ServerFlags(ctx=ctx, n_gpu_layers=99, draft_max=draft_max or dgeo.block_size - 1,
-                              backend_sampling=not host_sampling, extra=tuple(shlex.split(server_args)))
+    forced = bool(synthetic_al or trees)
     opts = bench.BenchOptions(
         target=t, drafter=d, url=url, suites=_csv(suite, bench.SUITES, "--suite"),
         modes=_csv(mode, bench.MODES, "--mode"), prompts=prompts or None, n_predict=n_predict, repeats=repeats,
-        ar=not no_ar, synthetic_al=list(synthetic_al or []), flags=flags, out_dir=out_dir,
-        load_timeout=load_timeout, models_note=note + (", acceptance forced" if synthetic_al else ""),
-        bandwidth_gbs=bandwidth_gbs)
+        recipe=r, configs=bench_configs.against_upstream(cfgs) if against else cfgs, overrides=overrides,
+        models_dir=models, out_dir=out_dir, load_timeout=load_timeout,
+        models_note=note + (", acceptance forced" if forced else ""), bandwidth_gbs=bandwidth_gbs)
     if report_:
         chart.require()  # before the servers run, not after: the report is what was asked for
-    if synthetic_al is None and t is not None and target is None:
+    if not forced and t is not None and target is None:
         console.warn("random-weight models accept almost no draft: pass --synthetic-al to measure step cost")
     result = bench.run(opts)
     json_path = bench.write_json(result, out_dir / "bench.json")
@@ -292,6 +323,9 @@ def fit_cmd(
     batch: Annotated[int | None, typer.Option("--batch", help="-b (default: the recipe's).", show_default=False)
                      ] = None,
     parallel: Annotated[int | None, typer.Option("--parallel", help="-np.", show_default=False)] = None,
+    tree_budget: Annotated[int | None, typer.Option("--tree-budget", help="Draft nodes of the DDTree verified per "
+                                                    "step (--spec-tree-budget); 0 = the chain (default: the "
+                                                    "recipe's).", show_default=False)] = None,
     rollback: Annotated[Rollback | None, typer.Option("--rollback",
                                                       help="Recurrent-state rollback: tape (buun's patch 0005) or "
                                                       "snapshot (upstream's planes); default: "
@@ -317,14 +351,17 @@ def fit_cmd(
                     draft_max=base.draft_max if draft_max is None else draft_max,
                     draft_ctx=base.draft_ctx if ctx_draft is None else (ctx_draft or None),
                     ubatch=ubatch or base.ubatch, batch=batch or base.batch, n_parallel=parallel or base.n_parallel,
-                    rollback=rollback_name)
+                    rollback=rollback_name, tree_budget=base.tree_budget if tree_budget is None else
+                    fit.check_tree_budget(tree_budget, "--tree-budget"))
+    fit.check_tree(flags)
     gpu_gib = gpu_mem or _default_gpu_gib()
     weights = fit.default_weights(r, models)
     pred = fit.predict(r, flags, weights=weights)
     report = {"gpu_gib": gpu_gib, "margin_gib": margin, "fits": fit.fits(pred, gpu_gib, margin),
               "max_ctx": fit.max_context(r, flags, gpu_gib, margin, weights=weights),
               "prediction": pred.to_json(), "weights": weights.source,
-              "knobs": fit.knobs(r, flags, gpu_gib, margin, weights=weights)}
+              "knobs": fit.knobs(r, flags, gpu_gib, margin, weights=weights),
+              "tree_extra": _tree_extra(r, flags, weights)}
     measured, compared = _measure(r, flags, scale, models) if measure_ else (None, None)
     if json_out:
         report["knobs"] = [{"change": k.change, "total_gib": k.total_bytes / fit.GIB, "max_ctx": k.max_ctx}
@@ -337,6 +374,14 @@ def fit_cmd(
     if measured and compared:
         console.out.print(_fit_table(compared, measured))
         console.info(f"measured with: {shlex.join(measured.command)}\n  log: {measured.log_path}")
+
+
+def _tree_extra(r: recipes.Recipe, flags: fit.FitFlags, weights: fit.Weights) -> dict[str, Any] | None:
+    """What the tree adds over the chain (bytes by component), or None for the chain."""
+    if not flags.tree:
+        return None
+    extra = fit.tree_extra(r, flags, weights=weights)
+    return {"budget": flags.tree_budget, "bytes": sum(extra.values()), "by_component": extra}
 
 
 def _measure(r: recipes.Recipe, flags: fit.FitFlags, scale: str | None, models: Path
@@ -360,6 +405,12 @@ def _print_fit(pred: fit.Prediction, report: dict) -> None:
     for k in report["knobs"]:
         table.add_row(k.change, _gib(k.total_bytes), str(k.max_ctx))
     console.out.print(table)
+    extra = report["tree_extra"]
+    if extra:
+        labels = {c.key: c.label for c in pred.components}
+        parts = ", ".join(f"{labels[k]} +{v / fit.MIB:.2f}" for k, v in extra["by_component"].items())
+        console.out.print(f"tree budget {extra['budget']}: [bold]+{extra['bytes'] / fit.MIB:.2f} MiB[/] over the "
+                          f"chain ({parts} MiB)")
 
 
 def register(app: typer.Typer) -> None:

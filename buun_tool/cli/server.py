@@ -4,6 +4,7 @@
                                           supervise in the foreground (Ctrl-C stops)
     buun serve --host 0.0.0.0 --api-key KEY   other machines may connect (without a key: --no-api-key)
     buun serve --print-cmd [-- -c 4096]   show the llama-server command (secrets masked; models may be missing)
+    buun serve --tree-budget 22           verify a DDTree of 22 draft nodes per step (0: the chain)
     buun start [RECIPE] [same options]    the same supervisor, detached; returns once ready
     buun stop [NAME] [--all]              SIGTERM, grace, SIGKILL: no process left behind
     buun restart [NAME] [--models-dir DIR]   relaunch llama-server (a stopped instance: start it again);

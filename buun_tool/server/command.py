@@ -68,12 +68,16 @@ ALIAS_GROUPS: tuple[tuple[str, ...], ...] = (
     ("--ui", "--webui"),
     ("-hft", "--hf-token"),
     ("-bs", "--backend-sampling"),
+    ("--spec-tree-budget", "--tree-budget", "--ddtree-budget"),
 )
 # Negative switches whose spelling is not simply --no-<positive>.
 NEGATIONS: Mapping[str, str] = {
     "-nkvo": "-kvo", "-nocb": "-cb", "-no-kvu": "-kvu", "--no-webui": "--ui",
 }
 _CANONICAL = {spelling: group[0] for group in ALIAS_GROUPS for spelling in group}
+# the tree's flags (patch 0029), by canonical spelling
+TREE_BUDGET = "--spec-tree-budget"
+TREE_K = "--spec-tree-k"
 
 # Flags buun sets itself: the supervisor must know the address it probes and the files it checks.
 MANAGED = {"-m": "--model", "-md": "--draft", "--host": "--host", "--port": "--port"}
@@ -95,6 +99,27 @@ def canonical(flag: str) -> str:
         positive = "--" + flag[5:]
         return _CANONICAL.get(positive, positive)
     return _CANONICAL.get(flag, flag)
+
+
+def _negative(flag: str) -> bool:
+    return flag in NEGATIONS or (flag.startswith("--no-") and flag not in _CANONICAL)
+
+
+def option(flags: Mapping[str, Any], name: str, default: Any = None) -> Any:
+    """The value given for an option in any of its spellings (`option(f, "-c")` finds
+    `--ctx-size`), the last one given winning; `default` when it is not there."""
+    key = canonical(name)
+    found = [v for n, v in flags.items() if canonical(n) == key and not _negative(n)]
+    return found[-1] if found else default
+
+
+def take_models(flags: Sequence[Flag]) -> tuple[str, str | None, list[Flag]]:
+    """(target, drafter or None, the other flags) of a raw argument list that names its models
+    with -m / -md in any spelling (the tests' harness does), for server_argv."""
+    models = {canonical(n): v for n, v in flags if canonical(n) in ("-m", "-md")}
+    if not models.get("-m"):
+        raise UsageError("the llama-server arguments name no model", "pass -m TARGET.gguf")
+    return models["-m"], models.get("-md"), [f for f in flags if canonical(f[0]) not in ("-m", "-md")]
 
 
 def _looks_like_flag(token: str) -> bool:
@@ -188,11 +213,12 @@ def take_secrets(flags: Sequence[Flag]) -> tuple[list[Flag], dict[str, str]]:
     return rest, secrets
 
 
-def server_argv(binary: str, target: str, draft: str, host: str, port: int, flags: Sequence[Flag],
+def server_argv(binary: str, target: str, draft: str | None, host: str, port: int, flags: Sequence[Flag],
                 alias: str | None = None) -> list[str]:
-    """The full argv: models first, then the recipe/user flags, then the model's name (`alias`,
-    unless the flags name it), the address and --metrics."""
-    argv = [binary, "-m", target, "-md", draft]
+    """The full argv of every llama-server buun runs (serve, bench, fit --measure, the tests):
+    models first (no -md without a drafter), then the recipe/user flags, then the model's name
+    (`alias`, unless the flags name it), the address and --metrics."""
+    argv = [binary, "-m", target, *(["-md", draft] if draft is not None else [])]
     for name, value in flags:
         argv += [name] if value is None else [name, value]
     if alias and not any(canonical(name) == "-a" for name, _ in flags):

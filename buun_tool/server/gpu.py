@@ -1,9 +1,13 @@
-"""GPU memory of a server, from nvidia-smi when it is there (None otherwise)."""
+"""GPU memory, from nvidia-smi when it is there (None otherwise): a server's own (`buun status`),
+the cards' used memory (`buun fit --measure`) and its peak over a run (`buun bench`).
+"""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
+from collections import deque
 from typing import Any
 
 
@@ -36,11 +40,60 @@ def _smi(*args: str, timeout: float = 10) -> str | None:
     return r.stdout if r.returncode == 0 else None
 
 
+def _gpus(timeout: float) -> list[dict[str, int]] | None:
+    if not shutil.which("nvidia-smi"):
+        return None
+    text = _smi("--query-gpu=index,memory.used,memory.total", timeout=timeout)
+    return None if text is None else parse_gpus(text)
+
+
+def used_mib(timeout: float = 10) -> int | None:
+    """`memory.used` of every GPU, summed (MiB); None without nvidia-smi or a GPU it can read."""
+    gpus = _gpus(timeout)
+    return sum(g["used_mib"] for g in gpus) if gpus else None
+
+
 def memory_for(pid: int, timeout: float = 10) -> dict[str, Any] | None:
     if not shutil.which("nvidia-smi"):
         return None
     apps = _smi("--query-compute-apps=pid,used_memory", timeout=timeout)
-    gpus = _smi("--query-gpu=index,memory.used,memory.total", timeout=timeout)
+    gpus = _gpus(timeout)
     if apps is None and gpus is None:
         return None
-    return {"server_mib": parse_apps(apps or "").get(pid), "gpus": parse_gpus(gpus or "")}
+    return {"server_mib": parse_apps(apps or "").get(pid), "gpus": gpus or []}
+
+
+class MemorySampler:
+    """Peak `used_mib()` while it runs (`with MemorySampler() as mem: ...; mem.peak`), sampled
+    every `interval` s on a thread of its own; `baseline` is the reading before. Inert (both
+    None) on a machine where nvidia-smi reads no GPU."""
+
+    def __init__(self, interval: float = 0.5):
+        self.interval = interval
+        self.samples: deque[int] = deque(maxlen=100_000)
+        self.baseline: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> MemorySampler:
+        self.baseline = used_mib()
+        if self.baseline is not None:
+            self._thread = threading.Thread(target=self._loop, daemon=True, name="gpu-memory")
+            self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            v = used_mib()
+            if v is not None:
+                self.samples.append(v)
+            self._stop.wait(self.interval)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=15)
+
+    @property
+    def peak(self) -> int | None:
+        return max(self.samples) if self.samples else None

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from buun_tool.errors import Exit
+from buun_tool.errors import BuunError, Exit
 
 # (pattern, phase shown while STARTING), in the order llama-server prints them; a phase only
 # moves forward (the memory-fitting pass prints some of these early).
@@ -63,6 +63,14 @@ def phase_of(line: str, current: str = "") -> str | None:
         if pattern.search(line):
             return name if PHASE_ORDER[name] > PHASE_ORDER.get(current, -1) else None
     return None
+
+
+def last_phase(lines: Iterable[str]) -> str:
+    """The load phase the output reached ("" before the first)."""
+    phase = ""
+    for line in lines:
+        phase = phase_of(line, phase) or phase
+    return phase
 
 
 def notable(lines: Iterable[str]) -> list[str]:
@@ -130,3 +138,22 @@ def summary(lines: Sequence[str], n_last: int = 12) -> str:
     if last:
         parts.append(("other " if marked else "") + "last lines:\n    " + "\n    ".join(last))
     return "\n".join(parts)
+
+
+# Causes whose message says all there is: their log lines would only repeat it.
+_SELF_EXPLAINED = ("bad-flag", "bind", "exec")
+
+
+def exited_while_starting(reason: str) -> Failure:
+    """An exit before ready with no known cause in the output ("llama-server exited with code 1")."""
+    return Failure("crash", f"{reason} while starting", None, True)
+
+
+def launch_error(failure: Failure, lines: Sequence[str], hint: str) -> BuunError:
+    """What a user sees of a launch that never got ready, whoever launched it (the supervisor,
+    `buun bench`, `buun fit --measure`): the cause and, unless the cause says it all, the lines of
+    the output that show it; `hint` where the cause has none of its own."""
+    message = failure.message
+    if failure.kind not in _SELF_EXPLAINED and lines:
+        message += "\n" + summary(lines, n_last=8)
+    return BuunError(message, failure.hint or hint, failure.exit_code)

@@ -87,3 +87,14 @@ def dflash_stats(samples: dict[str, dict[Labels, float]]) -> DFlashStats | None:
         mean_acceptance_length=1 + accepted_i / drafts_i if drafts_i else None,
         accepted_per_position=per_pos_list, tokens_per_second=speed,
     )
+
+
+def delta(before: DFlashStats | None, after: DFlashStats | None) -> dict[str, Any]:
+    """Drafted and accepted tokens, verification steps and accepted tokens per draft position
+    between two readings (one request's share, `buun bench`); {} when either is missing."""
+    if before is None or after is None:
+        return {}
+    pb, pa = before.accepted_per_position, after.accepted_per_position
+    return {"drafted": after.drafted - before.drafted, "accepted": after.accepted - before.accepted,
+            "steps": after.drafts - before.drafts,
+            "accepted_per_pos": [pa[i] - (pb[i] if i < len(pb) else 0) for i in range(len(pa))]}

@@ -1,5 +1,5 @@
-"""Processes: launching llama-server so it cannot outlive its supervisor, stopping a whole
-process group, and naming whoever holds a port.
+"""Processes: launching llama-server so it cannot outlive whoever launched it, stopping a whole
+process group, free ports and naming whoever holds a port.
 
 llama-server runs in a session (and process group) of its own: a Ctrl-C on the terminal reaches
 only the supervisor, which stops the server in order. PR_SET_PDEATHSIG makes the kernel kill the
@@ -159,6 +159,14 @@ def port_free(host: str, port: int) -> bool:
             except OSError:
                 return False
     return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, for a server of our own (the kernel's pick; a race with
+    another program that binds it first is reported by the server as a bind failure)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 def port_holder(port: int) -> PortHolder | None:

@@ -127,24 +127,20 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
             draft: Path | None = None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
             extra: list[str] | None = None, drops: list[str] | None = None, api_key: str | None = None,
             no_api_key: bool = False, policy: Policy | None = None,
-            need_models: bool = True) -> tuple[LaunchSpec, str | None]:
+            need_models: bool = True, tree_budget: int | None = None) -> tuple[LaunchSpec, str | None]:
     """A launch spec from a recipe and the command-line options; also the API key to give
     llama-server (`api_key`, which the CLI fills from --api-key or BUUN_API_KEY, else an
     `--api-key` after `--` or in the recipe). No secret flag stays in the spec's flags (see
     command.SECRET_ENV). The target and draft not given by path are the recipe's in `models_dir`;
-    without `need_models` they may still be missing (--print-cmd)."""
+    without `need_models` they may still be missing (--print-cmd). `tree_budget` (--tree-budget)
+    replaces the recipe's server.tree.budget (with_tree)."""
     from buun_tool.server.instance import check_name
 
     patches.rollback_from_env()  # llama-server would take a misspelt value for the tape without a word
     recipe = recipes.load(recipe_ref)
-    base = command.recipe_flags(recipe.server_flags)
-    command.check_unmanaged(base, f"the recipe {recipe.source}")
-    overrides = command.parse_args(extra or [])
-    command.check_unmanaged(overrides, "the arguments after `--`")
-    command.check_drops(drops or [])
-    # the recipe's secrets and the command line's alike (an override replaces the recipe's)
-    flags, secrets = command.take_secrets(command.merge(base, overrides, drops or []))
-    flags, context = with_context(recipe, flags, overrides, models_dir)
+    resolved = launch_flags(recipe, command.parse_args(extra or []), drops or [], "the arguments after `--`",
+                            models_dir, tree_budget)
+    flags, secrets, context = resolved.flags, resolved.secrets, resolved.context
     if not 0 < port < 65536:
         raise UsageError(f"--port {port}: expected 1..65535")
     from_layout = model is None and draft is None
@@ -156,7 +152,7 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
         name=check_name(name or recipe.name), recipe=recipe.name, recipe_source=str(recipe.source),
         binary=str(build.find_binary("llama-server")),
         target=str(Path(model).expanduser().resolve()), draft=str(Path(draft).expanduser().resolve()),
-        host=host, port=port, flags=flags, recipe_flags=_kept(base, overrides),
+        host=host, port=port, flags=flags, recipe_flags=resolved.recipe_flags,
         policy=(policy or Policy()).validate(), no_api_key=no_api_key, context=context.to_json(),
         models_dir=str(models_dir) if from_layout else None,
     )
@@ -180,6 +176,37 @@ def with_models_dir(spec: LaunchSpec, models_dir: Path) -> LaunchSpec:
     return replace(spec, target=str(target.resolve()), draft=str(draft.resolve()), models_dir=str(models_dir))
 
 
+@dataclass(frozen=True)
+class Flags:
+    """A recipe's server flags with the user's changes, as llama-server gets them."""
+
+    flags: list[Flag]  # no secret among them
+    secrets: dict[str, str]  # canonical flag -> value, for llama-server's environment (command.SECRET_ENV)
+    context: fit.ContextChoice  # the -c among the flags, and why
+    recipe_flags: list[str]  # the recipe's flag names that reach llama-server as the recipe wrote them
+
+
+def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str], source: str,
+                 models_dir: Path, tree_budget: int | None = None) -> Flags:
+    """The flags of every server buun runs for a recipe, `buun serve`'s and each `buun bench`
+    configuration's: the recipe's, with `overrides` in the place of the recipe's flag of the same
+    option (or added) and `drops` left out, secrets taken out, the tree's flags settled
+    (with_tree; a dropped --spec-tree-budget is the chain) and -c decided (with_context, weighing
+    the models in `models_dir`).
+    `source` names where the overrides came from, for the error of a flag buun sets itself."""
+    base = command.recipe_flags(recipe.server_flags)
+    command.check_unmanaged(base, f"the recipe {recipe.source}")
+    command.check_unmanaged(overrides, source)
+    command.check_drops(drops)
+    # the recipe's secrets and the command line's alike (an override replaces the recipe's)
+    flags, secrets = command.take_secrets(command.merge(base, overrides, drops))
+    if command.TREE_BUDGET in {command.canonical(d) for d in drops}:
+        tree_budget = 0  # no tree flag, not even the recipe's server.tree
+    flags = with_tree(recipe, flags, overrides, tree_budget)
+    flags, context = with_context(recipe, flags, overrides, models_dir)
+    return Flags(flags, secrets, context, _kept(base, overrides))
+
+
 def check_exposure(spec: LaunchSpec, api_key: str | None) -> None:
     """command.check_exposure for a resolved launch (--no-api-key is kept in the spec for restarts)."""
     command.check_exposure(spec.host, spec.flags, api_key, spec.no_api_key)
@@ -197,6 +224,36 @@ def with_context(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag
     if at is None:
         return [*flags, ("-c", str(choice.value))], choice
     return [*flags[:at], (flags[at][0], str(choice.value)), *flags[at + 1:]], choice
+
+
+def with_tree(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag], budget: int | None) -> list[Flag]:
+    """The flags with the tree's settings (patch 0029). The budget is --tree-budget's, else one among
+    the flags (after `--` or in the recipe's server.flags, in any spelling), else the recipe's
+    server.tree.budget. A tree (budget 2 or more) gets --spec-tree-budget N, and the recipe's
+    --spec-tree-k unless the flags give one; the chain gets no tree flag: it is llama-server's
+    default, so a build without 0029 serves it. A tree that does not fit one ubatch is refused here
+    rather than by llama-server's assert."""
+    if budget is not None and any(command.canonical(n) == command.TREE_BUDGET for n, _ in overrides):
+        raise UsageError("--tree-budget and a --spec-tree-budget after `--` both set the tree budget",
+                         "give one of them")
+    given = [v for n, v in flags if command.canonical(n) == command.TREE_BUDGET]
+    if budget is None and given:
+        budget = _budget_flag(given[-1])
+    n = fit.check_tree_budget(recipe.tree_budget if budget is None else budget, "--tree-budget")
+    out = [f for f in flags if command.canonical(f[0]) != command.TREE_BUDGET]
+    if n > 1:
+        out.append((command.TREE_BUDGET, str(n)))
+        if not any(command.canonical(name) == command.TREE_K for name, _ in out):
+            out.append((command.TREE_K, str(recipe.tree_k)))
+    fit.check_tree(fit.flags_from_server_flags({name: True if v is None else v for name, v in out}))
+    return out
+
+
+def _budget_flag(value: str | None) -> int:
+    if value is None or not value.isdigit():
+        shown = "--spec-tree-budget" + (f" {value}" if value is not None else " without a value")
+        raise UsageError(f"{shown}: expected a whole number of draft nodes, 0 or more", fit.TREE_BUDGET_HINT)
+    return int(value)
 
 
 def _kept(base: list[Flag], overrides: list[Flag]) -> list[str]:

@@ -248,7 +248,7 @@ class Supervisor:
         failure = loglines.diagnose(lines, self.spec.recipe_flags)
         reason = f"llama-server {process.exit_reason(code)}"
         if self.record.state == State.STARTING and not self.ever_ready:
-            self._launch_failed(failure or loglines.Failure("crash", f"{reason} while starting", None, True))
+            self._launch_failed(failure or loglines.exited_while_starting(reason))
             return
         known = loglines.notable(lines)
         cause = failure.message.splitlines()[0] if failure else (
@@ -270,10 +270,7 @@ class Supervisor:
         if self.ever_ready:
             self._crashed(failure.message, list(self.tail))
             return
-        message = failure.message
-        if failure.kind not in ("bad-flag", "bind", "exec") and self.tail:
-            message += "\n" + loglines.summary(list(self.tail), n_last=8)
-        self._fail(BuunError(message, failure.hint or f"see `buun logs {self.spec.name}`", failure.exit_code))
+        self._fail(loglines.launch_error(failure, list(self.tail), f"see `buun logs {self.spec.name}`"))
 
     def _crashed(self, cause: str, lines: list[str]) -> None:
         now = time.time()
