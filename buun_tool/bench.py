@@ -193,6 +193,7 @@ def scrape(url: str) -> metrics.DFlashStats | None:
 
 @dataclass
 class BenchOptions:
+    models_dir: Path  # --models-dir, resolved once by the command: what a `-c fit` among the flags weighs
     target: Path | None = None
     drafter: Path | None = None
     url: str | None = None
@@ -261,7 +262,7 @@ def _run_config(cfg: ServerConfig, binary: Path, suites: dict[str, list[Prompt]]
         raise UsageError("no target model to benchmark", "pass --target, or use the synthetic pair")
     recipe = opts.recipe or recipes.load()
     argv = bench_configs.argv(recipe, cfg, bench_configs.Models(opts.target, opts.drafter), binary,
-                              process.free_port(), opts.overrides)
+                              process.free_port(), opts.overrides, opts.models_dir)
     console.step(f"{cfg.label}: {shlex.join(argv)}")
     with gpu.MemorySampler() as mem:
         with LocalServer(argv, opts.out_dir / f"server-{cfg.name}.log", opts.load_timeout,

@@ -4,14 +4,15 @@ changes them, and built into an argv by the same code (server.spec.launch_flags,
 server.command.server_argv).
 
     configs(ar=True, synthetic_al=[1.0, 7.67])   -> [ar, dflash-al1, dflash-al7.67]
-    tree_configs([0, 8], recipe, common)         -> [dflash-tree0, dflash-tree8]   (--tree-budget)
+    tree_configs([0, 8], recipe, common, models_dir) -> [dflash-tree0, dflash-tree8]   (--tree-budget)
     against_upstream(configs)                    -> each, then its twin on upstream's build (none for a tree)
-    argv(recipe, cfg, Models(...), binary, port, common) -> the exact llama-server command
+    argv(recipe, cfg, Models(...), binary, port, common, models_dir) -> the exact llama-server command
 
 A configuration is a name, a label, whether it runs the drafter, and its Overrides; a sweep adds
 configurations by making more of them. Overrides apply in order: the bench command line's to
 every configuration (`common`: the context, --draft-max, --host-sampling, --server-args), then the
-configuration's own, then the build's (UPSTREAM for unpatched llama.cpp).
+configuration's own, then the build's (UPSTREAM for unpatched llama.cpp). `models_dir` is the
+models folder `buun serve` would weigh for a `-c fit` (bench pins -c unless told otherwise).
 """
 
 from __future__ import annotations
@@ -139,17 +140,16 @@ def tree_budgets(given: str) -> list[int]:
     return list(dict.fromkeys([0] + [int(v) if int(v) > 1 else 0 for v in items]))
 
 
-def tree_configs(budgets: Sequence[int], recipe: recipes.Recipe, overrides: Overrides) -> list[ServerConfig]:
+def tree_configs(budgets: Sequence[int], recipe: recipes.Recipe, overrides: Overrides,
+                 models_dir: Path) -> list[ServerConfig]:
     """One DFlash server per budget of the sweep (`tree`) at the servers' draft length (their
     --draft-max, which llama-server clamps to the drafter's block less one), each resolved here,
     so that a tree the servers' ubatch cannot hold is refused before any server runs (spec.with_tree)."""
-    from buun_tool import synth
-
-    most = synth.geometry(recipe, "full")[1].block_size - 1
-    given = command.option(dict(flags(recipe, DFLASH, overrides).flags), "--draft-max")
+    most = recipe.geometry_at("full").drafter.block_size - 1
+    given = command.option(dict(flags(recipe, DFLASH, overrides, models_dir).flags), "--draft-max")
     out = [tree(b, min(int(given), most) if str(given).isdigit() else most) for b in budgets]
     for cfg in out:
-        flags(recipe, cfg, overrides)
+        flags(recipe, cfg, overrides, models_dir)
     return out
 
 
@@ -201,11 +201,11 @@ class Models:
 
 
 def argv(recipe: recipes.Recipe, cfg: ServerConfig, models: Models, binary: Path, port: int,
-         overrides: Overrides) -> list[str]:
+         overrides: Overrides, models_dir: Path) -> list[str]:
     """The exact command of one configuration: `buun serve`'s for the recipe with `overrides`
     then the configuration's own (an AR server without -md). Secrets the recipe gives (an API
     key) are left out: the server is the bench's own, on loopback."""
-    resolved = flags(recipe, cfg, overrides)
+    resolved = flags(recipe, cfg, overrides, models_dir)
     if cfg.spec and models.drafter is None:
         raise UsageError(f"the {cfg.label} configuration needs a drafter GGUF", "pass --drafter D.gguf")
     target, drafter = (str(Path(m).expanduser().resolve()) if m else None for m in (models.target, models.drafter))
@@ -214,7 +214,7 @@ def argv(recipe: recipes.Recipe, cfg: ServerConfig, models: Models, binary: Path
                                resolved.flags, alias=recipe.name)
 
 
-def flags(recipe: recipes.Recipe, cfg: ServerConfig, overrides: Overrides) -> spec.Flags:
+def flags(recipe: recipes.Recipe, cfg: ServerConfig, overrides: Overrides, models_dir: Path) -> spec.Flags:
     """The llama-server flags of one configuration, as `buun serve` resolves them (spec.launch_flags)."""
     sets, drops = overrides.then(cfg.overrides).serve_args(command.recipe_flags(recipe.server_flags))
-    return spec.launch_flags(recipe, sets, drops, "the bench's overrides")
+    return spec.launch_flags(recipe, sets, drops, "the bench's overrides", models_dir)

@@ -29,6 +29,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from buun_tool import console, patches, paths, vendor
 from buun_tool.errors import BuunError, NotReadyError, UsageError
 from buun_tool.proc import git, run, run_logged
+from buun_tool.stage import StageStatus, current, stale
 
 # the tree patches' checks (CI on the CPU build, `scripts/gpu_run.sh tree-ops` on CUDA): test-tree-ssm the ops
 # of 0025 on every backend of the build, test-ddtree the builder of 0026, test-tree-decode 0027-0028
@@ -277,8 +278,8 @@ def read_stamp(name: str) -> dict[str, object] | None:
         return None
 
 
-def _binaries_present(name: str, targets: tuple[str, ...] | list[str]) -> bool:
-    return all((paths.build_dir(name) / "bin" / t).is_file() for t in targets)
+def _missing_binaries(name: str, targets: tuple[str, ...] | list[str]) -> list[str]:
+    return [t for t in targets if not (paths.build_dir(name) / "bin" / t).is_file()]
 
 
 @dataclass
@@ -295,10 +296,34 @@ class BuildResult:
         return d
 
 
-def up_to_date(p: BuildPlan, stamp: dict[str, object] | None = None) -> bool:
-    """The binaries of `p` are there and were built from the tree, flags and compiler as they are now."""
-    stamp = stamp or _stamp_for(p, vendor.require_vendored())
-    return read_stamp(p.name) == stamp and _binaries_present(p.name, p.targets)
+# what each stamp key means, for the reason a build is stale
+_STAMP_KEYS = {"pin": "the pin", "source": "the patched source tree", "upstream": "the source (patched or upstream)",
+               "variant": "the variant", "arch": "the CUDA architecture", "ui": "the web UI mode",
+               "cmake_args": "the cmake flags", "compiler": "the compiler", "nvcc": "the CUDA toolkit",
+               "targets": "the programs built"}
+
+
+def _what(p: BuildPlan) -> str:
+    return f"upstream llama.cpp (the pin, unpatched; {p.variant})" if p.upstream else f"llama.cpp ({p.variant})"
+
+
+def stage_status(p: BuildPlan, stamp: dict[str, object] | None = None) -> StageStatus:
+    """The build stage's own answer: current when the binaries of `p` are there and its stamp says
+    they were built from the tree, flags and compiler as they are now."""
+    try:
+        want = stamp or _stamp_for(p, vendor.require_vendored())
+    except BuunError as exc:  # no tree to build yet, or no compiler
+        return stale(exc.message)
+    have = read_stamp(p.name)
+    if have is None:
+        return stale(f"{_what(p)} is not built in {p.build_dir}")
+    changed = [_STAMP_KEYS.get(k, k) for k in want if have.get(k) != want[k]]
+    if changed:
+        return stale(f"changed since the {p.name} build: {', '.join(changed)}")
+    missing = _missing_binaries(p.name, p.targets)
+    if missing:
+        return stale(f"missing from {p.build_dir / 'bin'}: {', '.join(missing)}")
+    return current(f"{_what(p)} is built in {p.build_dir}")
 
 
 def build(p: BuildPlan, force: bool = False) -> BuildResult:
@@ -309,8 +334,8 @@ def build(p: BuildPlan, force: bool = False) -> BuildResult:
         patches.require_applied()  # before anything is configured or compiled
     stamp = _stamp_for(p, src)
     bdir = p.build_dir
-    what = f"upstream llama.cpp (the pin, unpatched; {p.variant})" if p.upstream else f"llama.cpp ({p.variant})"
-    if not force and up_to_date(p, stamp):
+    what = _what(p)
+    if not force and stage_status(p, stamp).current:
         console.ok(f"{what} is up to date in {bdir}")
         return BuildResult(p.name, bdir, False, 0.0, stamp)
     t0 = time.monotonic()
@@ -339,7 +364,7 @@ def build(p: BuildPlan, force: bool = False) -> BuildResult:
 
         run_logged(["cmake", "--build", bdir, "-j", str(p.jobs), "--target", *p.targets], log,
                    env=env, on_line=on_line, what="llama.cpp build", hint=hint)
-    if not _binaries_present(p.name, p.targets):
+    if _missing_binaries(p.name, p.targets):
         raise BuunError(f"the build finished but binaries are missing in {bdir / 'bin'}", f"see {log}")
     (bdir / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
     seconds = time.monotonic() - t0

@@ -36,8 +36,9 @@ from buun_tool.errors import BuunError, Exit, NotReadyError
 from buun_tool.fsutil import sha256_file, write_json_atomic
 from buun_tool.gguf_tools import GLOBAL_TENSORS, LAYER_TENSORS, OPTIONAL_TENSORS, GgufFile
 from buun_tool.proc import run_logged
-from buun_tool.pull import DISK_RESERVE, Layout, disk_hint, layout, read_manifest, require_pulled, unchanged
+from buun_tool.pull import DISK_RESERVE, Layout, disk_hint, layout, require_pulled, unchanged
 from buun_tool.recipes import Recipe
+from buun_tool.stage import StageStatus, current, stale
 
 # The converter's dependencies. Its own requirements file pins torch 2.11 from the PyTorch CPU
 # index, which many machines cannot reach; 2.13.0 from PyPI (or a local CPU wheel) works.
@@ -65,6 +66,21 @@ def _read_env_stamp(env: Path) -> dict[str, Any] | None:
         return json.loads((env / ENV_STAMP).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+
+
+def _env_is_current(recorded: Any) -> bool:
+    """Whether the converter environment a GGUF's record names is the one `converter_python`
+    gives now, judged without making it: an interpreter of the user's own (BUUN_CONVERTER_PYTHON)
+    or a made environment by its stamp; one not made yet (or to be made again) by what its
+    requirements will install."""
+    override = os.environ.get("BUUN_CONVERTER_PYTHON")
+    if override:
+        return recorded == _read_env_stamp(Path(shutil.which(override) or override).parent.parent)
+    env = converter_env_dir()
+    stamp = _read_env_stamp(env)
+    if (env / "bin" / "python").is_file() and stamp and {k: stamp.get(k) for k in _wanted_env()} == _wanted_env():
+        return recorded == stamp
+    return isinstance(recorded, dict) and {k: recorded.get(k) for k in _wanted_env()} == _wanted_env()
 
 
 def converter_python(cache: Path | None = None) -> Path:
@@ -252,7 +268,7 @@ def _quantize_build() -> dict[str, Any] | None:
     return {"variant": None, "binary": str(binary)}
 
 
-def _sources(recipe: Recipe, models_dir: Path | None, rehash: bool) -> dict[str, Any]:
+def _sources(recipe: Recipe, models_dir: Path, rehash: bool) -> dict[str, Any]:
     """The source files as they are on disk now: their sha256, read again with `rehash` (before a
     conversion: the record must name what the converter reads), else the manifest's while a file
     keeps the size and mtime it was hashed with. A file that no longer matches what `buun pull`
@@ -282,7 +298,7 @@ def _sources(recipe: Recipe, models_dir: Path | None, rehash: bool) -> dict[str,
     return out
 
 
-def conversion_inputs(recipe: Recipe, models_dir: Path | None, python: Path, outtype: str,
+def conversion_inputs(recipe: Recipe, models_dir: Path, python: Path, outtype: str,
                       rehash: bool = False) -> dict[str, Any]:
     """Everything that shapes the converter's output bytes."""
     return {
@@ -293,7 +309,7 @@ def conversion_inputs(recipe: Recipe, models_dir: Path | None, python: Path, out
     }
 
 
-def inputs_of(recipe: Recipe, models_dir: Path | None, python: Path, outtype: str,
+def inputs_of(recipe: Recipe, models_dir: Path, python: Path, outtype: str,
               rehash: bool = False) -> dict[str, Any]:
     """Everything that shapes the final GGUF; equal inputs mean the stage has nothing to do."""
     return {
@@ -301,6 +317,56 @@ def inputs_of(recipe: Recipe, models_dir: Path | None, python: Path, outtype: st
         "quantize": _quantize_build() if recipe.quantize not in FLOAT_TYPES else None,
         "quant": recipe.quantize,
     }
+
+
+# --- the stage's own answer: the GGUF's provenance against the inputs as they are now --------
+
+# why a recorded input that differs from today's makes the GGUF stale
+_STALE_BECAUSE = {
+    "sources": "the drafter or tokenizer files are not the ones it was made from",
+    "llama_cpp": "the vendored llama.cpp (its converter or gguf-py) changed since",
+    "converter_env": "the converter's environment changed since",
+    "outtype": "the intermediate type changed",
+    "quantize": "llama-quantize was rebuilt since (its build stamp changed)",
+    "quant": "the recipe asks for another quant type",
+}
+
+
+def _expected_inputs(recipe: Recipe, models_dir: Path, facts: dict[str, Any]) -> dict[str, Any]:
+    """inputs_of as a conversion now would record them, but the converter environment's (judged
+    by _env_is_current) and without re-hashing sources whose size and mtime are as pulled."""
+    outtype = recipe.quantize if recipe.quantize in FLOAT_TYPES else intermediate_type(facts)
+    return {"sources": _sources(recipe, models_dir, rehash=False), "llama_cpp": _llama_state(), "outtype": outtype,
+            "quantize": _quantize_build() if recipe.quantize not in FLOAT_TYPES else None, "quant": recipe.quantize}
+
+
+def _judge(recipe: Recipe, models_dir: Path, facts: dict[str, Any]) -> tuple[StageStatus, dict[str, Any] | None]:
+    """The stage's status and, when current, the final GGUF's provenance record."""
+    final = layout(recipe, models_dir).drafter_gguf()
+    record, why = _intact(final)
+    if record is None:
+        return stale(why), None
+    try:
+        want = _expected_inputs(recipe, models_dir, facts)
+    except BuunError as exc:  # a source changed on disk, no llama-quantize: the conversion says what to do
+        return stale(exc.message), None
+    got = record.get("inputs") or {}
+    changed = [k for k in want if got.get(k) != want[k]]
+    if not _env_is_current(got.get("converter_env")):
+        changed.append("converter_env")
+    if changed:
+        return stale("; ".join(_STALE_BECAUSE[k] for k in changed)), None
+    return current(f"{final.name}, made from the pulled sources with this llama.cpp and llama-quantize"), record
+
+
+def stage_status(recipe: Recipe, models_dir: Path) -> StageStatus:
+    """The convert stage's own answer, from the final GGUF's provenance record: what `buun convert`
+    acts on and `buun setup` plans by."""
+    try:
+        facts = drafter.check_folder(recipe, models_dir)
+    except BuunError as exc:
+        return stale(exc.message)
+    return _judge(recipe, models_dir, facts)[0]
 
 
 # --- the stage ------------------------------------------------------------------------------
@@ -318,18 +384,26 @@ class ConvertResult:
         return asdict(self)
 
 
-def _current(gguf: Path, inputs: dict[str, Any]) -> dict[str, Any] | None:
-    """The provenance record of `gguf` when the file is intact and was made from `inputs`."""
+def _intact(gguf: Path) -> tuple[dict[str, Any] | None, str]:
+    """The provenance record of `gguf` when it is of this format and the file is the one it
+    describes; else None and why not."""
     try:
         record = json.loads(provenance_path(gguf).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
-        return None
-    if record.get("buun_provenance") != PROVENANCE or record.get("inputs") != inputs or not gguf.is_file():
-        return None
-    out = record.get("output", {})
-    if gguf.stat().st_size != out.get("size") or sha256_file(gguf) != out.get("sha256"):
-        return None
-    return record
+        return None, f"{gguf.name} is not made yet (no provenance record)"
+    if record.get("buun_provenance") != PROVENANCE:
+        return None, (f"{gguf.name} was made by an older buun (provenance format "
+                      f"{record.get('buun_provenance')}, now {PROVENANCE})")
+    out = record.get("output") or {}
+    if not gguf.is_file() or gguf.stat().st_size != out.get("size") or sha256_file(gguf) != out.get("sha256"):
+        return None, f"{gguf.name} is not the file its provenance record describes"
+    return record, ""
+
+
+def _current(gguf: Path, inputs: dict[str, Any]) -> dict[str, Any] | None:
+    """The provenance record of `gguf` when the file is intact and was made from `inputs`."""
+    record, _ = _intact(gguf)
+    return record if record is not None and record.get("inputs") == inputs else None
 
 
 def _record(gguf: Path, kind: str, inputs: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -388,25 +462,25 @@ def _produce(lay: Layout, recipe: Recipe, facts: dict[str, Any], python: Path, i
     return _quantize_to(intermediate, final, recipe.quantize, facts, log), intermediate
 
 
-def convert(recipe: Recipe, models_dir: Path | None = None, force: bool = False,
+def convert(recipe: Recipe, models_dir: Path, force: bool = False,
             keep_intermediate: bool = True) -> ConvertResult:
     """F16/BF16 conversion + quantization + verification + provenance, as one idempotent stage."""
     t0 = time.monotonic()
     facts = drafter.check_folder(recipe, models_dir)
     lay = layout(recipe, models_dir)
+    final = lay.drafter_gguf()
+    status, record = _judge(recipe, models_dir, facts) if not force else (stale("--force"), None)
+    if record is not None:
+        console.ok(f"{final.name} is up to date ({final})")
+        kept = record.get("intermediate")
+        return ConvertResult(str(final), str(lay.gguf_dir / kept) if kept else None,
+                             str(provenance_path(final)), False, 0.0, record["verified"])
     if recipe.quantize not in FLOAT_TYPES:
         build.find_binary("llama-quantize")  # fail before the long conversion, not after
     python = converter_python()
     outtype = recipe.quantize if recipe.quantize in FLOAT_TYPES else intermediate_type(facts)
-    inputs = inputs_of(recipe, models_dir, python, outtype)
-    final = lay.drafter_gguf()
-    record = None if force else _current(final, inputs)
-    if record:
-        console.ok(f"{final.name} is up to date ({final})")
-        kept = record.get("intermediate")
-        return ConvertResult(str(final), str(lay.gguf_dir / kept) if kept else None, str(provenance_path(final)),
-                             False, 0.0, record["verified"])
     inputs = inputs_of(recipe, models_dir, python, outtype, rehash=True)  # byte for byte what the converter reads
+    console.info(f"making {final.name}: {status.detail}")  # after the checks above, which say it better
     lay.gguf_dir.mkdir(parents=True, exist_ok=True)
     _clear_partials(lay.gguf_dir)
     check_disk(lay, recipe)
@@ -434,31 +508,7 @@ def _size(path: Path) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-def made_from_pulled(recipe: Recipe, models_dir: Path | None = None) -> bool:
-    """Whether the drafter GGUF on disk was made (by `convert` or `setup`) from the sources as they
-    are pulled now, with the vendored llama.cpp as it is and the recipe's quant: what `setup`
-    checks without creating the converter's environment."""
-    lay = layout(recipe, models_dir)
-    final = lay.drafter_gguf()
-    try:
-        record = json.loads(provenance_path(final).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return False
-    inputs = record.get("inputs") or {}
-    size = (record.get("output") or {}).get("size")
-    if (record.get("buun_provenance") != PROVENANCE or not final.is_file() or final.stat().st_size != size
-            or inputs.get("quant") != recipe.quantize):
-        return False
-    for role in ("drafter", "tokenizer"):
-        manifest = read_manifest(lay.role_dir(role)) or {"files": {}}
-        source = (inputs.get("sources") or {}).get(role) or {}
-        if (source.get("commit") != manifest.get("commit")
-                or source.get("files") != {n: e.get("sha256") for n, e in sorted(manifest["files"].items())}):
-            return False
-    return inputs.get("llama_cpp") == _llama_state()
-
-
-def require_converted(recipe: Recipe, models_dir: Path | None = None) -> Path:
+def require_converted(recipe: Recipe, models_dir: Path) -> Path:
     """For later stages (serve): the verified drafter GGUF, or an error saying to convert."""
     final = layout(recipe, models_dir).drafter_gguf()
     if not final.is_file() or not provenance_path(final).is_file():

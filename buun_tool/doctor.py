@@ -96,8 +96,9 @@ def disk_needed(recipe: Recipe | None) -> int:
     return pair.target.tensor_bytes + 2 * drafter_bf16 + pair.drafter.tensor_bytes + BUILD_DISK_BYTES
 
 
-def check_disk(recipe: Recipe | None) -> Check:
-    target = paths.models_dir()
+def check_disk(recipe: Recipe | None, models_dir: Path) -> Check:
+    """Free space where the models go (the folder itself, or the nearest parent that exists)."""
+    target = models_dir
     probe = next((p for p in [target, *target.parents] if p.exists()), Path("/"))
     free = shutil.disk_usage(probe).free
     need = disk_needed(recipe)
@@ -137,7 +138,7 @@ def check_llama_state() -> list[Check]:
     return checks
 
 
-def run_checks(recipe: Recipe | None = None, cpu_only: bool = False) -> list[Check]:
+def run_checks(recipe: Recipe | None, models_dir: Path, cpu_only: bool = False) -> list[Check]:
     checks = [
         Check("os", "ok" if sys.platform == "linux" else "warn",
               f"{platform.system()} {platform.release()} ({platform.machine()})",
@@ -151,7 +152,7 @@ def run_checks(recipe: Recipe | None = None, cpu_only: bool = False) -> list[Che
         _tool("ccache", ["ccache", "--version"], "apt-get install ccache (fast rebuilds)", required=False),
         _tool("npm", ["npm", "--version"], "install Node.js and npm to build the server's web chat UI",
               required=False),
-        check_disk(recipe),
+        check_disk(recipe, models_dir),
         *check_llama_state(),
     ]
     return checks

@@ -23,6 +23,7 @@ from buun_tool import console
 from buun_tool.errors import BuunError, NotReadyError, UsageError
 from buun_tool.pull import layout, require_pulled
 from buun_tool.recipes import Recipe
+from buun_tool.stage import StageStatus, current, stale
 
 DRAFTER_ARCHITECTURES = ("DFlashDraftModel", "DFlash2DraftModel")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
@@ -132,17 +133,22 @@ def tokenizer_files(recipe: Recipe) -> tuple[str, ...]:
     return recipe.tokenizer.files
 
 
-def is_prepared(recipe: Recipe, models_dir: Path | None = None) -> bool:
-    """Whether `prepare` has nothing to do: the folder complete, every copy equal to its source."""
+def stage_status(recipe: Recipe, models_dir: Path) -> StageStatus:
+    """The drafter stage's own answer: current when `prepare` has nothing to do, the folder
+    complete and every copy equal to its source."""
     try:
         check_folder(recipe, models_dir)
-    except BuunError:
-        return False
+    except BuunError as exc:
+        return stale(exc.message)
     lay = layout(recipe, models_dir)
-    return all(filecmp.cmp(lay.tokenizer_dir / n, lay.drafter_dir / n, shallow=False) for n in tokenizer_files(recipe))
+    differ = [n for n in tokenizer_files(recipe)
+              if not filecmp.cmp(lay.tokenizer_dir / n, lay.drafter_dir / n, shallow=False)]
+    if differ:
+        return stale(f"the drafter folder's copies differ from the tokenizer's: {', '.join(differ)}")
+    return current(f"{lay.drafter_dir} is complete")
 
 
-def prepare(recipe: Recipe, models_dir: Path | None = None) -> DrafterFolder:
+def prepare(recipe: Recipe, models_dir: Path) -> DrafterFolder:
     """Copy the tokenizer files into the drafter folder and check the folder is complete."""
     names = tokenizer_files(recipe)
     drafter_dir, _ = require_pulled(recipe, "drafter", models_dir)
@@ -156,7 +162,7 @@ def prepare(recipe: Recipe, models_dir: Path | None = None) -> DrafterFolder:
     return DrafterFolder(str(drafter_dir), str(tok_dir), copied, same, facts)
 
 
-def check_folder(recipe: Recipe, models_dir: Path | None = None) -> dict[str, Any]:
+def check_folder(recipe: Recipe, models_dir: Path) -> dict[str, Any]:
     """For `convert`: every file present and the pair consistent; returns the drafter facts."""
     lay = layout(recipe, models_dir)
     need = [lay.drafter_dir / f for f in (*recipe.drafter.files, *recipe.tokenizer.files)]

@@ -39,6 +39,7 @@ import gguf
 
 from buun_tool import build, console, patches, synth
 from buun_tool.errors import UsageError
+from buun_tool.recipes import DrafterGeometry, Recipe, TargetGeometry
 from buun_tool.server import command, gpu, process
 from buun_tool.server.command import Flag
 from buun_tool.server.local import LocalServer
@@ -113,7 +114,7 @@ def _int_flag(flags: Mapping[str, Any], name: str) -> int | None:
     return None if value is None or value is True or str(value) == FIT else int(value)
 
 
-def flags_from_recipe(recipe: Any) -> FitFlags:
+def flags_from_recipe(recipe: Recipe) -> FitFlags:
     """The memory-relevant settings of the recipe's server flags (fork or upstream spelling) and
     its tree budget (`server.tree.budget`; a budget among the flags wins, as it does in serve)."""
     f = flags_from_server_flags(recipe.server_flags)
@@ -169,7 +170,7 @@ def _split(tensors: list[tuple[str, int]]) -> tuple[int, int]:
     return sum(n for _, n in tensors) - host, host
 
 
-def weights_from_plan(recipe: Any, scale: str, target_type: str, draft_type: str) -> Weights:
+def weights_from_plan(recipe: Recipe, scale: str, target_type: str, draft_type: str) -> Weights:
     pair = synth.plan_pair(recipe, scale, target_type, draft_type)
     tgpu, thost = _split([(t.name, t.nbytes) for t in pair.target.tensors])
     dgpu, _ = _split([(t.name, t.nbytes) for t in pair.drafter.tensors])
@@ -181,11 +182,12 @@ def _gguf_tensors(path: Path) -> list[tuple[str, int]]:
     return [(t.name, int(t.n_bytes)) for t in reader.tensors]
 
 
-def default_weights(recipe: Any, target_type: str | None = None, draft_type: str = "q4_k") -> Weights:
-    """The pulled GGUFs' tensors when both are on disk, else the recipe geometry at its quant."""
+def default_weights(recipe: Recipe, models_dir: Path, target_type: str | None = None,
+                    draft_type: str = "q4_k") -> Weights:
+    """The pulled GGUFs' tensors when both are in `models_dir`, else the recipe geometry at its quant."""
     from buun_tool import pull
 
-    lay = pull.layout(recipe)
+    lay = pull.layout(recipe, models_dir)
     drafter = lay.drafter_gguf()
     if target_type is None and lay.target_gguf.is_file() and drafter.is_file():
         return weights_from_files(lay.target_gguf, drafter)
@@ -217,13 +219,13 @@ def kv_type_bytes(name: str) -> float:
     return KV_TYPE_BYTES[name]
 
 
-def target_kv(t: synth.TargetGeometry, f: FitFlags) -> int:
+def target_kv(t: TargetGeometry, f: FitFlags) -> int:
     row = t.num_key_value_heads * t.head_dim
     per_cell = row * (kv_type_bytes(f.cache_type_k) + kv_type_bytes(f.cache_type_v))
     return int(t.n_full_attention * cells(f.ctx, f.n_parallel) * per_cell)
 
 
-def recurrent_plane(t: synth.TargetGeometry) -> int:
+def recurrent_plane(t: TargetGeometry) -> int:
     """One sequence's f32 recurrent state over all delta-net layers: conv window + delta state."""
     conv = (t.linear_conv_kernel_dim - 1) * t.conv_dim
     state = t.linear_key_head_dim * t.value_dim
@@ -236,7 +238,7 @@ def recurrent_planes(f: FitFlags) -> int:
     return 2 if f.rollback == "tape" else 1 + f.rs_rows
 
 
-def recurrent_tape(t: synth.TargetGeometry, f: FitFlags) -> int:
+def recurrent_tape(t: TargetGeometry, f: FitFlags) -> int:
     """Patch 0005's tape for one verify of n_rs_seq + 1 tokens (a tree's budget + 1 where that is
     wider): per delta-net layer and token the conv inputs, the gate and beta (f32), and per layer a
     zero row of each (what a replay reads past the accepted count; the conv inputs' since 0028)."""
@@ -245,13 +247,13 @@ def recurrent_tape(t: synth.TargetGeometry, f: FitFlags) -> int:
     return (f.n_parallel * f.verify_width + 1) * tape_row(t)
 
 
-def tape_row(t: synth.TargetGeometry) -> int:
+def tape_row(t: TargetGeometry) -> int:
     """One token's row of the tape over all delta-net layers: conv inputs, gate and beta, f32."""
     per_token = t.conv_dim + 2 * t.linear_num_value_heads
     return per_token * (t.num_hidden_layers - t.n_full_attention) * 4
 
 
-def recurrent(t: synth.TargetGeometry, f: FitFlags) -> int:
+def recurrent(t: TargetGeometry, f: FitFlags) -> int:
     return f.n_parallel * recurrent_planes(f) * recurrent_plane(t) + recurrent_tape(t, f)
 
 
@@ -265,14 +267,14 @@ def draft_cells(f: FitFlags) -> int:
     return _pad(min(per_seq, f.draft_ctx + min(f.ubatch, f.batch))) * f.n_parallel
 
 
-def drafter_kv(d: synth.DrafterGeometry, f: FitFlags) -> int:
+def drafter_kv(d: DrafterGeometry, f: FitFlags) -> int:
     if not f.spec:
         return 0
     row = d.num_key_value_heads * d.head_dim
     return int(d.num_hidden_layers * draft_cells(f) * row * 2 * kv_type_bytes(f.draft_cache_type))
 
 
-def _target_compute(t: synth.TargetGeometry, f: FitFlags) -> int:
+def _target_compute(t: TargetGeometry, f: FitFlags) -> int:
     """Peak of the target's graph. Fitted to llama-server's CPU compute buffers (full scale:
     AR 17.25 / 138.0 MiB at -ub 64 / 512, DFlash n_max 4/8/15 at -ub 64: 29.2 / 41.2 / 62.2 MiB;
     tiny scale likewise, within ~15%): per ubatch token about 4 f32 rows of the FFN width (or
@@ -288,16 +290,16 @@ def _target_compute(t: synth.TargetGeometry, f: FitFlags) -> int:
     return max(ub * per_token + states, logits) + mask
 
 
-def feature_rows(d: synth.DrafterGeometry, f: FitFlags) -> int:
+def feature_rows(d: DrafterGeometry, f: FitFlags) -> int:
     """Verify rows whose tapped layers patch 0011 keeps on the device: a block, or a wider tree."""
     return max(d.block_size, f.verify_width) if f.spec else 0
 
 
-def features(t: synth.TargetGeometry, d: synth.DrafterGeometry, f: FitFlags) -> int:
+def features(t: TargetGeometry, d: DrafterGeometry, f: FitFlags) -> int:
     return t.hidden_size * len(d.target_layer_ids) * feature_rows(d, f) * 4
 
 
-def _drafter_compute(t: synth.TargetGeometry, d: synth.DrafterGeometry, f: FitFlags) -> int:
+def _drafter_compute(t: TargetGeometry, d: DrafterGeometry, f: FitFlags) -> int:
     """The drafter's graph holds logits and a hidden row for a whole ubatch, ub x (vocab + hidden)
     f32. It is reserved again with the on-device top-k sampler, which runs once over the rows
     (patch 0023) and adds little; run once per row, as upstream, it doubled the buffer (CPU build:
@@ -336,11 +338,12 @@ class Prediction:
                 "total_gib": self.total / GIB, "components": [asdict(c) for c in self.components]}
 
 
-def predict(recipe: Any, flags: FitFlags, scale: str = "full", weights: Weights | None = None,
+def predict(recipe: Recipe, flags: FitFlags, scale: str = "full", weights: Weights | None = None,
             cuda: bool = True) -> Prediction:
     """GPU memory by component. cuda=False predicts a CPU build's buffers instead: the same ones,
     token_embd included in the weights, no CUDA overhead."""
-    t, d = synth.geometry(recipe, scale)
+    geo = recipe.geometry_at(scale)  # typed and checked once, when the recipe loaded
+    t, d = geo.target, geo.drafter
     w = weights or weights_from_plan(recipe, scale, "q4_k_m", "q4_k")
     f = flags
     n_cells = cells(f.ctx, f.n_parallel)
@@ -375,7 +378,7 @@ def predict(recipe: Any, flags: FitFlags, scale: str = "full", weights: Weights 
     return Prediction(f, comps, w.source, cuda)
 
 
-def tree_extra(recipe: Any, flags: FitFlags, scale: str = "full", weights: Weights | None = None) -> dict[str, int]:
+def tree_extra(recipe: Recipe, flags: FitFlags, scale: str = "full", weights: Weights | None = None) -> dict[str, int]:
     """What the tree costs over the chain with the same flags, by component (those that grow)."""
     tree = predict(recipe, flags, scale, weights)
     chain = predict(recipe, replace(flags, tree_budget=0), scale, weights)
@@ -386,11 +389,11 @@ def fits(p: Prediction, gpu_gib: float, margin_gib: float) -> bool:
     return p.total + margin_gib * GIB <= gpu_gib * GIB
 
 
-def max_context(recipe: Any, flags: FitFlags, gpu_gib: float, margin_gib: float = 0.25, scale: str = "full",
+def max_context(recipe: Recipe, flags: FitFlags, gpu_gib: float, margin_gib: float = 0.25, scale: str = "full",
                 weights: Weights | None = None) -> int:
     """The largest -c (a multiple of 256, up to the trained context) that fits; 0 if none does.
     A draft context of its own (-cd) stays fixed; otherwise it follows -c."""
-    t, _ = synth.geometry(recipe, scale)
+    t = recipe.geometry_at(scale).target
     weights = weights or weights_from_plan(recipe, scale, "q4_k_m", "q4_k")
     lo, hi = 0, t.max_position_embeddings // CELL_PAD
     while lo < hi:  # memory grows with the context: binary search on multiples of 256
@@ -411,11 +414,12 @@ class ContextChoice:
         return asdict(self)
 
 
-def choose_context(recipe: Any, flags: Mapping[str, Any], from_command_line: bool,
+def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: bool, models_dir: Path,
                    gpus: list[build.Gpu] | None = None) -> ContextChoice:
     """-c from the merged llama-server flags: a number given on the command line or pinned by the
     recipe is kept; `fit` (or none) is the largest context `buun fit` finds for the GPU here, with
-    the flags' KV types, draft and batch sizes; without a GPU (or with -ngl 0), FitFlags' default."""
+    the flags' KV types, draft and batch sizes and the models in `models_dir` (as `buun fit
+    --models-dir` weighs them); without a GPU (or with -ngl 0), FitFlags' default."""
     given = command.option(flags, "-c", FIT)
     if str(given) != FIT:
         if not str(given).isdigit():
@@ -431,7 +435,7 @@ def choose_context(recipe: Any, flags: Mapping[str, Any], from_command_line: boo
         return ContextChoice(default, "no GPU found to fit: buun's default")
     gpu, gib = gpus[0], gpus[0].memory_mib / 1024
     fit_flags = replace(flags_from_server_flags(flags), rollback=patches.rollback_from_env())
-    best = max_context(recipe, fit_flags, gib, MARGIN_GIB, weights=default_weights(recipe))
+    best = max_context(recipe, fit_flags, gib, MARGIN_GIB, weights=default_weights(recipe, models_dir))
     if not best:
         return ContextChoice(default, f"no context fits the {gpu.name} ({gib:.1f} GiB) with these flags: "
                              f"buun's default; `buun fit {recipe.name}` shows what would fit")
@@ -446,7 +450,7 @@ class Knob:
     max_ctx: int
 
 
-def knobs(recipe: Any, flags: FitFlags, gpu_gib: float, margin_gib: float, scale: str = "full",
+def knobs(recipe: Recipe, flags: FitFlags, gpu_gib: float, margin_gib: float, scale: str = "full",
           weights: Weights | None = None) -> list[Knob]:
     """The configured flags and the usual ways to trade memory: KV cache type, draft length, AR."""
     weights = weights or weights_from_plan(recipe, scale, "q4_k_m", "q4_k")
@@ -564,7 +568,7 @@ def supports_flag(binary: Path, flag: str) -> bool:
     return re.search(rf"(^|[\s,]){re.escape(flag)}[\s,]", out.stdout + out.stderr, re.M) is not None
 
 
-def measure(recipe: Any, flags: FitFlags, models_dir: Path, log_dir: Path, scale: str | None = None,
+def measure(recipe: Recipe, flags: FitFlags, models_dir: Path, log_dir: Path, scale: str | None = None,
             load_timeout: float = 600.0) -> Measurement:
     """Load the recipe's synthetic pair in the real llama-server with these flags; read its
     buffer sizes and (with a GPU) nvidia-smi's used memory."""

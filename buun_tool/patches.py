@@ -27,6 +27,7 @@ from pathlib import Path
 from buun_tool import paths, vendor
 from buun_tool.errors import BuunError, Exit, NotReadyError, UsageError
 from buun_tool.proc import git, run
+from buun_tool.stage import StageStatus, current, stale
 
 PATCH_RE = re.compile(r"^\d{4}-.+\.patch$")
 COMMITTER = {"GIT_COMMITTER_NAME": "buun", "GIT_COMMITTER_EMAIL": "buun@localhost"}
@@ -148,6 +149,19 @@ def status() -> list[PatchStatus]:
         else:
             result.append(PatchStatus(p, "pending"))
     return result
+
+
+def stage_status() -> StageStatus:
+    """The patch stage's own answer: current when the vendored tree carries the whole series as
+    patches/ has it now."""
+    try:
+        states = status()
+    except BuunError as exc:  # no tree at the pin to patch yet
+        return stale(exc.message)
+    missing = [s for s in states if s.state != "applied"]
+    if missing:
+        return stale(", ".join(f"{s.patch.name}: {s.state}" for s in missing))
+    return current(f"all {len(states)} patch(es) applied")
 
 
 def require_applied() -> None:

@@ -1,7 +1,7 @@
 """Every place buun reads or writes, in one module.
 
 Two roots: the checkout (pin, patches, recipes, the vendored tree and its builds) and the
-user's XDG directories (models, caches, stage stamps, server state). Stages ask this module
+user's XDG directories (models, caches, server state). Stages ask this module
 for paths; none builds another stage's paths by hand.
 """
 
@@ -69,13 +69,12 @@ def config_dir() -> Path:
     return _env_path("BUUN_CONFIG_DIR", _xdg("XDG_CONFIG_HOME", ".config"))
 
 
-def models_dir() -> Path:
-    return _env_path("BUUN_MODELS_DIR", data_dir() / "models")
-
-
-def stamps_dir() -> Path:
-    """Completion stamps of the setup stages."""
-    return state_dir() / "stamps"
+def models_dir(given: Path | None = None) -> Path:
+    """Where models live: `given` (a command's --models-dir), else BUUN_MODELS_DIR, else the data
+    dir's models/. Each command resolves it once and passes the folder down: the stages below
+    never resolve it again, so no two of them can disagree on where the models are."""
+    folder = Path(given).expanduser() if given else _env_path("BUUN_MODELS_DIR", data_dir() / "models")
+    return folder.absolute()
 
 
 def instances_dir() -> Path:
@@ -83,9 +82,9 @@ def instances_dir() -> Path:
     return state_dir() / "instances"
 
 
-def synthetic_models_dir() -> Path:
-    """Random-weight models of a recipe's geometry (`buun synth`)."""
-    return models_dir() / "synthetic"
+def synthetic_models_dir(models: Path) -> Path:
+    """Random-weight models of a recipe's geometry (`buun synth`), in the models folder."""
+    return models / "synthetic"
 
 
 def bench_dir() -> Path:

@@ -42,7 +42,7 @@ from huggingface_hub.file_download import http_get
 from huggingface_hub.utils import build_hf_headers
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-from buun_tool import console, paths
+from buun_tool import console, stage
 from buun_tool.errors import DISK_FULL, BuunError, Exit, NotReadyError
 from buun_tool.fsutil import write_json_atomic
 from buun_tool.recipes import Recipe, RepoSpec
@@ -81,8 +81,9 @@ def repo_folder(repo: str) -> str:
     return repo.replace("/", "--")
 
 
-def layout(recipe: Recipe, models_dir: Path | None = None) -> Layout:
-    root = Path(models_dir).expanduser() if models_dir else paths.models_dir()
+def layout(recipe: Recipe, models_dir: Path) -> Layout:
+    """Where `recipe`'s models lie in `models_dir` (the folder the command resolved: paths.models_dir)."""
+    root = models_dir
     dirs = {role: root / role / repo_folder(spec.repo) for role, spec in recipe.repos().items()}
     return Layout(
         root=root,
@@ -106,7 +107,7 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else None
 
 
-def require_pulled(recipe: Recipe, role: str, models_dir: Path | None = None) -> tuple[Path, dict[str, Any]]:
+def require_pulled(recipe: Recipe, role: str, models_dir: Path) -> tuple[Path, dict[str, Any]]:
     """For later stages: a role's folder and manifest, or an error saying to pull."""
     folder = layout(recipe, models_dir).role_dir(role)
     manifest = read_manifest(folder)
@@ -117,6 +118,27 @@ def require_pulled(recipe: Recipe, role: str, models_dir: Path | None = None) ->
         raise NotReadyError(f"the {role} ({spec.repo}) is not downloaded: missing {', '.join(missing)} in {folder}",
                             f"run `buun pull {recipe.name}`")
     return folder, manifest  # type: ignore[return-value]
+
+
+def stage_status(recipe: Recipe, models_dir: Path) -> stage.StageStatus:
+    """The pull stage's own answer, from its manifests (the Hub is not asked): current when every
+    role's folder holds the recipe's repo and revision, each file as `pull` verified it."""
+    lay = layout(recipe, models_dir)
+    for role, spec in recipe.repos().items():
+        folder = lay.role_dir(role)
+        manifest = read_manifest(folder)
+        if manifest is None:
+            return stage.stale(f"the {role} ({spec.repo}) is not downloaded to {folder}")
+        if (manifest.get("repo"), manifest.get("revision")) != (spec.repo, spec.revision):
+            return stage.stale(f"the {role} folder holds {manifest.get('repo')}@{manifest.get('revision')}; "
+                         f"the recipe names {spec.repo}@{spec.revision}")
+        for name in spec.files:
+            entry = manifest["files"].get(name)
+            if entry is None or not (folder / name).is_file():
+                return stage.stale(f"{folder / name} is not downloaded")
+            if not unchanged(folder / name, entry):
+                return stage.stale(f"{folder / name} changed on disk since it was verified")
+    return stage.current(f"the recipe's repos as verified, in {lay.root}")
 
 
 # --- what the Hub says ----------------------------------------------------------------------
@@ -490,7 +512,7 @@ def _offline_result(recipe: Recipe, role: str, folder: Path) -> RoleResult:
     return RoleResult(role, spec.repo, spec.revision, manifest.get("commit"), str(folder), list(spec.files), [], 0)
 
 
-def pull(recipe: Recipe, models_dir: Path | None = None, roles: tuple[str, ...] = ROLES,
+def pull(recipe: Recipe, models_dir: Path, roles: tuple[str, ...] = ROLES,
          verify: bool = False, on_plan: Callable[[list[RepoPlan]], None] | None = None) -> PullResult:
     """Download (or confirm) every file of the recipe's repos for `roles`."""
     lay = layout(recipe, models_dir)

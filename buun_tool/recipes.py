@@ -3,15 +3,19 @@
 A recipe says where the target, drafter and tokenizer come from, how the drafter is converted
 and checked, the geometry of the real checkpoints (for synthetic models and the memory planner)
 and the llama-server settings. Errors name the file, the dotted field and what is expected.
+
+The geometry is typed here (TargetGeometry, DrafterGeometry, one Geometry per scale) and its
+cross-field rules run on load, so `buun recipes` refuses every recipe `buun synth`, `buun fit` or
+`buun setup` would: they read `recipe.geometry_at(scale)`, built once.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import yaml
 
@@ -33,6 +37,96 @@ class RepoSpec:
     files: tuple[str, ...] = ()
 
 
+# --- geometry ------------------------------------------------------------------------------
+# The shapes of the real checkpoints, named as in their HF config.json: `buun synth` writes
+# tensors of exactly these shapes and `buun fit` plans memory from them.
+
+FULL = "full"  # the scale of the real checkpoints: geometry.target and geometry.drafter as written
+# The real Qwen3.5 special tokens follow eos_token_id in this order; the drafter's mask token
+# comes after them (`buun synth` writes its vocabulary so).
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+
+@dataclass(frozen=True)
+class TargetGeometry:
+    """The qwen35 hyper-parameters, named as in the HF config.json."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    full_attention_interval: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    partial_rotary_factor: float
+    mrope_section: tuple[int, ...]
+    rope_theta: float
+    linear_num_key_heads: int
+    linear_num_value_heads: int
+    linear_key_head_dim: int
+    linear_value_head_dim: int
+    linear_conv_kernel_dim: int
+    vocab_size: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    eos_token_id: int
+
+    @property
+    def n_rot(self) -> int:
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    @property
+    def key_dim(self) -> int:
+        return self.linear_num_key_heads * self.linear_key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.linear_num_value_heads * self.linear_value_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.key_dim + self.value_dim
+
+    def is_full_attention(self, layer: int) -> bool:
+        return (layer + 1) % self.full_attention_interval == 0
+
+    @property
+    def n_full_attention(self) -> int:
+        return sum(self.is_full_attention(i) for i in range(self.num_hidden_layers))
+
+
+@dataclass(frozen=True)
+class DrafterGeometry:
+    """The DFlash drafter's hyper-parameters, named as in its config.json."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    rope_theta: float
+    rms_norm_eps: float
+    block_size: int
+    mask_token_id: int
+    target_layer_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The target and drafter of one scale."""
+
+    target: TargetGeometry
+    drafter: DrafterGeometry
+
+    def to_json(self) -> dict[str, dict[str, Any]]:
+        return {"target": asdict(self.target), "drafter": asdict(self.drafter)}
+
+
+_ROLES: dict[str, type] = {"target": TargetGeometry, "drafter": DrafterGeometry}
+GEOMETRY_KEYS = {role: frozenset(f.name for f in fields(cls)) for role, cls in _ROLES.items()}
+
+
 @dataclass(frozen=True)
 class Recipe:
     name: str
@@ -44,7 +138,7 @@ class Recipe:
     target_config: str  # the target's config.json, fetched from the tokenizer repo
     quantize: str
     expect: dict[str, Any]
-    geometry: dict[str, Any]
+    geometry: dict[str, Geometry]  # by scale: "full" (the real checkpoints) and the recipe's shrinks
     server_flags: dict[str, Any] = field(default_factory=dict)
     tree_budget: int = 0  # server.tree.budget: draft nodes a DDTree step verifies; 0 or 1, the chain
     tree_k: int = 8  # server.tree.k: candidates per draft depth
@@ -59,18 +153,12 @@ class Recipe:
                        self.tokenizer.files + (self.target_config,))
         return {"target": self.target, "drafter": self.drafter, "tokenizer": tok}
 
-    def geometry_for(self, scale: str) -> dict[str, dict[str, Any]]:
+    def geometry_at(self, scale: str) -> Geometry:
         """Target and drafter geometry at 'full' scale or a shrunk one ('tiny') of the same structure."""
-        full = {k: dict(self.geometry[k]) for k in ("target", "drafter")}
-        if scale == "full":
-            return full
-        over = self.geometry.get(scale)
-        if not isinstance(over, dict):
+        if scale not in self.geometry:
             raise RecipeError(f"{self.source}: geometry.{scale}: no such scale",
-                              f"valid: full, {', '.join(k for k in self.geometry if k not in ('target', 'drafter'))}")
-        for k in ("target", "drafter"):
-            full[k].update(over.get(k) or {})
-        return full
+                              f"valid: {', '.join(self.geometry)}")
+        return self.geometry[scale]
 
 
 # --- validation helpers ---------------------------------------------------------------------
@@ -123,21 +211,6 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     return names.get(kind, kind.__name__)
 
 
-_GEOMETRY_INTS = {
-    "target": ("hidden_size", "num_hidden_layers", "full_attention_interval", "intermediate_size",
-               "num_attention_heads", "num_key_value_heads", "head_dim", "linear_num_key_heads",
-               "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-               "linear_conv_kernel_dim", "vocab_size", "max_position_embeddings", "eos_token_id"),
-    "drafter": ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                "head_dim", "intermediate_size", "block_size", "mask_token_id"),
-}
-# The rest of the geometry (synth checks their values); the same names as synth's dataclasses.
-_GEOMETRY_OTHER = {
-    "target": ("partial_rotary_factor", "mrope_section", "rope_theta", "rms_norm_eps"),
-    "drafter": ("rope_theta", "rms_norm_eps", "target_layer_ids"),
-}
-GEOMETRY_KEYS = {role: frozenset(_GEOMETRY_INTS[role] + _GEOMETRY_OTHER[role]) for role in _GEOMETRY_INTS}
-
 # Every key a recipe may have: a set lists the keys of a mapping, a dict the mappings below it.
 # geometry takes any other key as a scale (`tiny`) with optional target/drafter overrides, and
 # server.flags any llama-server flag; parse() checks those two itself.
@@ -179,18 +252,79 @@ def _check_keys(r: _Reader, node: Any, allowed: Any, dotted: str = "") -> None:
             raise _unknown(r.source, dotted, key, allowed)
 
 
-def _validate_geometry(r: _Reader) -> dict[str, Any]:
-    geo = r.get("geometry", dict)
-    for role, keys in _GEOMETRY_INTS.items():
-        for key in keys:
-            v = r.get(f"geometry.{role}.{key}", int)
+class _GeometryReader:
+    """One scale's values, each read and named at the dotted key it comes from: the scale's own
+    override (`geometry.tiny.target.hidden_size`) or the base it inherits (`geometry.target...`)."""
+
+    def __init__(self, r: _Reader, scale: str):
+        self.r, self.scale = r, scale
+        self.overrides = r.data["geometry"].get(scale, {}) if scale != FULL else {}
+
+    def key(self, role: str, name: str) -> str:
+        if name in (self.overrides.get(role) or {}):
+            return f"geometry.{self.scale}.{role}.{name}"
+        return f"geometry.{role}.{name}"
+
+    def value(self, role: str, name: str, kind: Any) -> Any:
+        dotted = self.key(role, name)
+        if kind is int:
+            v = self.r.get(dotted, int)
             if v <= 0:
-                raise r.fail(f"geometry.{role}.{key}", "a positive integer", v)
-    ids = r.get("geometry.drafter.target_layer_ids", list)
-    n_layers = geo["target"]["num_hidden_layers"]
-    if not ids or not all(isinstance(i, int) and 0 <= i < n_layers for i in ids):
-        raise r.fail("geometry.drafter.target_layer_ids", f"layer indices in [0, {n_layers})", ids)
-    return geo
+                raise self.r.fail(dotted, "a positive integer", v)
+        elif kind is float:
+            v = self.r.get(dotted, float)
+            if v <= 0:
+                raise self.r.fail(dotted, "a positive number", v)
+        else:  # tuple[int, ...]: layer ids, rope sections
+            v = self.r.get(dotted, list)
+            if not v or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v):
+                raise self.r.fail(dotted, "a list of integers >= 0", v)
+            v = tuple(v)
+        return v
+
+    def build(self) -> Geometry:
+        parts = {role: cls(**{name: self.value(role, name, kind) for name, kind in get_type_hints(cls).items()})
+                 for role, cls in _ROLES.items()}
+        geo = Geometry(parts["target"], parts["drafter"])
+        problems = _geometry_problems(geo, self.key)
+        if problems:
+            at = f" (scale {self.scale})" if self.scale != FULL else ""
+            raise RecipeError(f"{self.r.source}: " + "; ".join(problems) + at,
+                              "the geometry's rules are described in recipes/README.md")
+        return geo
+
+
+def _geometry_problems(g: Geometry, key: Any) -> list[str]:
+    """What llama.cpp (and `buun synth`'s vocabulary) need across fields, each named by its key."""
+    t, d = g.target, g.drafter
+    rules = (
+        ("drafter", "hidden_size", d.hidden_size, d.hidden_size == t.hidden_size,
+         f"{key('target', 'hidden_size')} ({t.hidden_size}): llama.cpp feeds the target's hidden states "
+         "to the drafter's fc"),
+        ("target", "linear_value_head_dim", t.linear_value_head_dim, t.linear_value_head_dim == t.linear_key_head_dim,
+         f"{key('target', 'linear_key_head_dim')} ({t.linear_key_head_dim}): qwen35 has one ssm.state_size"),
+        ("target", "linear_num_value_heads", t.linear_num_value_heads,
+         t.linear_num_value_heads % t.linear_num_key_heads == 0,
+         f"a multiple of {key('target', 'linear_num_key_heads')} ({t.linear_num_key_heads})"),
+        ("target", "mrope_section", list(t.mrope_section), 2 * sum(t.mrope_section) == t.n_rot,
+         f"sections summing to head_dim * partial_rotary_factor / 2 ({t.n_rot / 2:g})"),
+        ("drafter", "target_layer_ids", list(d.target_layer_ids), max(d.target_layer_ids) + 1 < t.num_hidden_layers,
+         f"layer indices in [0, {t.num_hidden_layers - 1}): the drafter reads layer inputs, so the last of "
+         f"{key('target', 'num_hidden_layers')} ({t.num_hidden_layers}) is left out"),
+        ("drafter", "mask_token_id", d.mask_token_id,
+         t.eos_token_id + len(SPECIAL_TOKENS) <= d.mask_token_id < t.vocab_size,
+         f"an id in [{t.eos_token_id + len(SPECIAL_TOKENS)}, {t.vocab_size}): after the target's "
+         f"{len(SPECIAL_TOKENS)} special tokens from {key('target', 'eos_token_id')} and inside "
+         f"{key('target', 'vocab_size')}"),
+    )
+    return [f"{key(role, name)}: expected {expected}, got {got!r}" for role, name, got, ok, expected in rules if not ok]
+
+
+def _validate_geometry(r: _Reader) -> dict[str, Geometry]:
+    """Every scale typed and checked: the base (`full`) and each shrink written under geometry."""
+    r.get("geometry", dict)
+    scales = [FULL, *(k for k in r.data["geometry"] if k not in _ROLES)]
+    return {scale: _GeometryReader(r, scale).build() for scale in scales}
 
 
 def _tree(r: _Reader) -> tuple[int, int]:

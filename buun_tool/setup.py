@@ -1,19 +1,17 @@
 """`buun setup`: every stage in order, resumable, ending with a served and smoke-tested model.
 
-Each stage records its completion with a stamp of its inputs (`paths.stamps_dir()`); a re-run
-skips a stage whose inputs are unchanged and whose outputs are still there, and redoes one whose
-inputs changed (a new pin, patch, recipe revision). Stages are atomic on their own (vendor and
-convert rename finished work into place, pull resumes partial files, build has its own stamp),
-so a run killed anywhere completes when started again. The cheap, self-checking stages (doctor,
-build, serve) run every time: each is a no-op in about a second when nothing changed.
+Setup keeps no record of its own: it orders the stages and asks each for its status (stage.py),
+which the stage answers from its own records (the tree and the pin, the series in the tree, the
+build stamp, the manifests, the drafter folder, the GGUF's provenance), so setup, the dry-run
+plan and the stage's own command always agree. A current stage is skipped; a stale one runs, and
+the plan says why. Stages are atomic on their own (vendor and convert rename finished work into
+place, pull resumes partial files), so a run killed anywhere completes when started again. The
+doctor and serve run every time (serve is a no-op when the same server already runs).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,13 +19,14 @@ from typing import Any
 
 import requests
 
-from buun_tool import build, console, doctor, drafter, fit, patches, paths, pull, vendor
+from buun_tool import build, console, doctor, drafter, fit, patches, pull, vendor
 from buun_tool import convert as convert_stage
 from buun_tool.errors import BuunError, Exit, NotReadyError, UsageError
-from buun_tool.fsutil import write_json_atomic
 from buun_tool.recipes import Recipe
 from buun_tool.server import command, control, instance
 from buun_tool.server import spec as spec_mod
+from buun_tool.server.state import State
+from buun_tool.stage import StageStatus, stale
 
 SMOKE_PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
 SMOKE_TOKENS = 128
@@ -36,7 +35,7 @@ SMOKE_TOKENS = 128
 @dataclass
 class Context:
     recipe: Recipe
-    models_dir: Path | None = None
+    models_dir: Path  # resolved once by the command (paths.models_dir): every stage uses this folder
     cpu: bool = False
     host: str = spec_mod.DEFAULT_HOST
     port: int = spec_mod.DEFAULT_PORT
@@ -54,60 +53,17 @@ class Stage:
     name: str
     what: str
     run: Callable[[Context], Any]
-    # stamped stages: the inputs that decide whether the stage must run again, and a cheap check
-    # that its outputs are still in place; None = the stage runs every time (it is its own no-op)
-    inputs: Callable[[Context], dict[str, Any]] | None = None
-    done: Callable[[Context], bool] | None = None
-    # without a matching stamp: whether the work is done all the same, by another route (`buun
-    # patch`, `make dev`, a `buun convert` of its own), judged from the outputs themselves
-    current: Callable[[Context], bool] | None = None
-
-
-# --- stamps ---------------------------------------------------------------------------------
-
-def _stamp_file(ctx: Context, stage: str) -> Path:
-    return paths.stamps_dir() / ctx.recipe.name / f"{stage}.json"
-
-
-def _digest(inputs: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def is_done(stage: Stage, ctx: Context) -> bool:
-    """Finished before (by setup, with the same inputs, its outputs still in place; or by any
-    other route, as its outputs show)."""
-    if stage.inputs is None or stage.done is None:
-        return False
-    try:
-        stamp = json.loads(_stamp_file(ctx, stage.name).read_text())
-        if stamp.get("inputs") == _digest(stage.inputs(ctx)) and stage.done(ctx):
-            return True
-    except (FileNotFoundError, json.JSONDecodeError, BuunError):
-        pass  # no stamp, or an earlier stage is missing
-    try:
-        return stage.current is not None and stage.current(ctx)
-    except BuunError:
-        return False
-
-
-def _mark_done(stage: Stage, ctx: Context) -> None:
-    if stage.inputs is None:
-        return
-    write_json_atomic(_stamp_file(ctx, stage.name), {"inputs": _digest(stage.inputs(ctx)), "finished": time.time()})
-
-
-def _quiet(check: Callable[[], Any]) -> bool:
-    try:
-        check()
-        return True
-    except BuunError:
-        return False
+    # the stage's own answer from its own records; None: the stage runs every time
+    status: Callable[[Context], StageStatus] | None = None
+    # earlier stages whose work changes this one's inputs: when one of them runs, so does this
+    # one (what the dry run cannot ask the stage before that work is done)
+    after: tuple[str, ...] = ()
 
 
 # --- the stages -----------------------------------------------------------------------------
 
 def _doctor(ctx: Context) -> None:
-    checks = doctor.run_checks(ctx.recipe, cpu_only=ctx.cpu)
+    checks = doctor.run_checks(ctx.recipe, ctx.models_dir, cpu_only=ctx.cpu)
     failed = [c for c in checks if c.failed]
     if failed:
         raise BuunError("the machine is not ready:\n  " + "\n  ".join(f"{c.name}: {c.detail}" for c in failed),
@@ -134,10 +90,6 @@ def _check_gpu_memory(ctx: Context, gpu: build.Gpu) -> None:
                     f"{gpu.name} has {gib:.1f} GiB", hint, exit_code=Exit.NOT_READY)
 
 
-def _build(ctx: Context) -> None:
-    build.build(build.plan(cpu=ctx.cpu))
-
-
 def _patch(ctx: Context) -> None:
     console.ok(patches.describe_applied(patches.apply()))
 
@@ -148,58 +100,19 @@ def _server_args(ctx: Context) -> list[str]:
     return [*(("-ngl", "0", "-ngld", "0") if ctx.cpu else ()), *ctx.extra]
 
 
-def _pull_inputs(ctx: Context) -> dict[str, Any]:
-    return {role: [s.repo, s.revision, sorted(s.files)] for role, s in ctx.recipe.repos().items()}
-
-
-def _commits(ctx: Context, roles: tuple[str, ...]) -> dict[str, Any]:
-    out = {}
-    for role in roles:
-        manifest = pull.read_manifest(ctx.layout.role_dir(role)) or {}
-        out[role] = manifest.get("commit")
-    return out
-
-
-def _pulled(ctx: Context) -> bool:
-    return all(_quiet(lambda r=role: pull.require_pulled(ctx.recipe, r, ctx.models_dir)) for role in pull.ROLES)
-
-
-def _pulled_as_recipe(ctx: Context) -> bool:
-    """Every role's folder holds the recipe's repo and revision, each file as it was verified."""
-    for role, spec in ctx.recipe.repos().items():
-        folder = ctx.layout.role_dir(role)
-        manifest = pull.read_manifest(folder)
-        if not manifest or (manifest.get("repo"), manifest.get("revision")) != (spec.repo, spec.revision):
-            return False
-        for name in spec.files:
-            entry = manifest["files"].get(name)
-            if entry is None or not (folder / name).is_file() or not pull.unchanged(folder / name, entry):
-                return False
-    return True
-
-
-def _convert_inputs(ctx: Context) -> dict[str, Any]:
-    pin = vendor.load_pin()
-    return {"sources": _commits(ctx, ("drafter", "tokenizer")), "quant": ctx.recipe.quantize,
-            "pin": pin.tree, "patches": patches.fingerprint()}
-
-
 def _serve(ctx: Context) -> spec_mod.LaunchSpec:
-    lay = ctx.layout
-    spec, key = spec_mod.resolve(str(ctx.recipe.source), model=lay.target_gguf, draft=lay.drafter_gguf(),
-                                 host=ctx.host, port=ctx.port, extra=_server_args(ctx), api_key=ctx.api_key,
-                                 no_api_key=ctx.no_api_key)
+    spec, key = spec_mod.resolve(str(ctx.recipe.source), models_dir=ctx.models_dir, host=ctx.host, port=ctx.port,
+                                 extra=_server_args(ctx), api_key=ctx.api_key, no_api_key=ctx.no_api_key)
     inst = instance.Instance(spec.name)
-    current = control.status(inst, key)
-    if current.get("state") == "ready" and _same_launch(inst, spec):
+    state = control.status(inst, key).state
+    if state == State.READY and _same_launch(inst, spec):
         console.ok(f"{spec.name} is already running: {spec.url}")
         return spec
-    if current.get("state") not in (None, "stopped", "failed"):
+    if state not in (State.STOPPED, State.FAILED):
         console.step(f"{spec.name} runs with other settings: restarting it")
         control.stop(inst)
-    spec.check_files()
     console.step(f"starting {spec.name} on {spec.url}")
-    control.start_detached(spec, key, True, lambda text: console.info(f"    {text}"))
+    control.launch(spec, key, progress=lambda text: console.info(f"    {text}"))
     console.ok(f"{spec.name} is ready: {spec.url}")
     return spec
 
@@ -209,29 +122,27 @@ def _same_launch(inst: instance.Instance, spec: spec_mod.LaunchSpec) -> bool:
     return bool(running) and spec_mod.LaunchSpec.from_json(running).argv == spec.argv
 
 
+def _build_plan(ctx: Context) -> build.BuildPlan:
+    return build.plan(cpu=ctx.cpu)
+
+
 STAGES: tuple[Stage, ...] = (
     Stage("doctor", "check the OS, GPU, toolchain, disk and GPU memory", _doctor),
     Stage("vendor", "fetch the pinned llama.cpp into vendor/llama.cpp", lambda ctx: vendor.vendor(),
-          inputs=lambda ctx: {"pin": vendor.load_pin().tree},
-          done=lambda ctx: vendor.state().at_pin, current=lambda ctx: vendor.state().at_pin),
-    Stage("patch", "apply the patch series", _patch,
-          inputs=lambda ctx: {"pin": vendor.load_pin().tree, "patches": patches.fingerprint()},
-          done=lambda ctx: all(s.state == "applied" for s in patches.status()),
-          current=lambda ctx: vendor.state().at_pin and all(s.state == "applied" for s in patches.status())),
-    Stage("build", "build llama.cpp (a no-op when its stamp matches)", _build),
+          status=lambda ctx: vendor.stage_status()),
+    Stage("patch", "apply the patch series", _patch, status=lambda ctx: patches.stage_status(), after=("vendor",)),
+    Stage("build", "build llama.cpp", lambda ctx: build.build(_build_plan(ctx)),
+          status=lambda ctx: build.stage_status(_build_plan(ctx)), after=("vendor", "patch")),
     Stage("pull", "download the target GGUF, the drafter and the tokenizer",
           lambda ctx: pull.pull(ctx.recipe, ctx.models_dir),
-          inputs=_pull_inputs, done=_pulled, current=_pulled_as_recipe),
+          status=lambda ctx: pull.stage_status(ctx.recipe, ctx.models_dir)),
     Stage("drafter", "copy the tokenizer files into the drafter folder",
           lambda ctx: drafter.prepare(ctx.recipe, ctx.models_dir),
-          inputs=lambda ctx: _commits(ctx, ("drafter", "tokenizer")),
-          done=lambda ctx: _quiet(lambda: drafter.check_folder(ctx.recipe, ctx.models_dir)),
-          current=lambda ctx: drafter.is_prepared(ctx.recipe, ctx.models_dir)),
+          status=lambda ctx: drafter.stage_status(ctx.recipe, ctx.models_dir), after=("pull",)),
     Stage("convert", "convert the drafter to GGUF, quantize and verify it",
           lambda ctx: convert_stage.convert(ctx.recipe, ctx.models_dir),
-          inputs=_convert_inputs,
-          done=lambda ctx: _quiet(lambda: convert_stage.require_converted(ctx.recipe, ctx.models_dir)),
-          current=lambda ctx: convert_stage.made_from_pulled(ctx.recipe, ctx.models_dir)),
+          status=lambda ctx: convert_stage.stage_status(ctx.recipe, ctx.models_dir),
+          after=("pull", "drafter", "build")),
     Stage("serve", "start the supervised llama-server and wait until it is ready", _serve),
 )
 
@@ -318,20 +229,28 @@ def _download_detail(ctx: Context) -> str:
     return f"{files} file(s), {pull.bytes_needed(plans) / 2**30:.2f} GiB to download"
 
 
-def _build_row(ctx: Context, stage: Stage, earlier_run: bool) -> PlanRow:
-    p = build.plan(cpu=ctx.cpu)
-    what = f"build llama.cpp for the {'GPU (CUDA, sm_' + str(p.arch) + ')' if p.variant == 'cuda' else 'CPU'}"
-    try:
-        done = not earlier_run and build.up_to_date(p)
-    except BuunError:
-        done = False
-    return PlanRow(stage.name, "skip" if done else "run", what + (": up to date" if done else ""))
+def _what(ctx: Context, stage: Stage) -> str:
+    if stage.name == "build":
+        p = _build_plan(ctx)
+        return f"build llama.cpp for the {'GPU (CUDA, sm_' + str(p.arch) + ')' if p.variant == 'cuda' else 'CPU'}"
+    return stage.what
+
+
+def _stage_row(ctx: Context, stage: Stage, running: list[str]) -> PlanRow:
+    """A stage's own answer, unless an earlier stage that changes its inputs runs first."""
+    assert stage.status is not None
+    first = [name for name in stage.after if name in running]
+    status = stale(f"{' and '.join(first)} run(s) first") if first else stage.status(ctx)
+    row = PlanRow(stage.name, "skip" if status.current else "run", _what(ctx, stage), status.detail)
+    if stage.name == "pull" and not status.current:
+        row.detail += f"; {_download_detail(ctx)}"
+    return row
 
 
 def _serve_row(ctx: Context, stage: Stage, argv: list[str]) -> PlanRow:
     inst = instance.Instance(ctx.recipe.name)
     running = inst.read_spec()
-    same = (control.status(inst).get("state") == "ready" and bool(running)
+    same = (control.status(inst).state == State.READY and bool(running)
             and spec_mod.LaunchSpec.from_json(running).argv == argv)
     return PlanRow(stage.name, "skip" if same else "run",
                    f"{ctx.recipe.name} is already running with this command" if same else stage.what)
@@ -349,24 +268,19 @@ def plan(ctx: Context) -> list[PlanRow]:
     # that it compares equal to the command of a server that runs
     overrides = command.parse_args(_server_args(ctx))
     flags, secrets = command.take_secrets(command.merge(command.recipe_flags(ctx.recipe.server_flags), overrides))
-    flags, _ = spec_mod.with_context(ctx.recipe, flags, overrides)
+    flags, _ = spec_mod.with_context(ctx.recipe, flags, overrides, ctx.models_dir)
     argv = command.server_argv(binary, str(lay.target_gguf), str(lay.drafter_gguf()), ctx.host, ctx.port, flags,
                                alias=ctx.recipe.name)
     key = ctx.api_key or secrets.get("--api-key")
     rows: list[PlanRow] = []
     for stage in STAGES:
-        if stage.name == "build":  # a vendor or patch that runs first changes the tree it builds
-            rows.append(_build_row(ctx, stage, any(r.action == "run" for r in rows)))
-        elif stage.name == "serve":
+        if stage.name == "serve":
             rows.append(_serve_row(ctx, stage, argv))
             rows[-1].detail = command.display(argv, key)
-        elif stage.inputs is None:
+        elif stage.status is None:
             rows.append(PlanRow(stage.name, "check", stage.what + (" (CPU: no CUDA needed)" if ctx.cpu else "")))
         else:
-            done = is_done(stage, ctx)
-            rows.append(PlanRow(stage.name, "skip" if done else "run", stage.what))
-            if stage.name == "pull" and not done:
-                rows[-1].detail = _download_detail(ctx)
+            rows.append(_stage_row(ctx, stage, [r.stage for r in rows if r.action == "run"]))
     return rows
 
 
@@ -386,13 +300,13 @@ def run(ctx: Context, yes: bool = False) -> tuple[spec_mod.LaunchSpec, Smoke]:
     _confirm(ctx, yes)
     spec: spec_mod.LaunchSpec | None = None
     for stage in STAGES:
-        if is_done(stage, ctx):
-            console.ok(f"{stage.name}: done (inputs unchanged), skipped")
-            _mark_done(stage, ctx)  # done by another route: stamped, so the next check is the cheap one
+        # asked at its turn: the stages before it have done their work
+        status = stage.status(ctx) if stage.status else None
+        if status is not None and status.current:
+            console.ok(f"{stage.name}: current, skipped ({status.detail})")
             continue
-        console.step(f"{stage.name}: {stage.what}")
+        console.step(f"{stage.name}: {stage.what}" + (f" ({status.detail})" if status else ""))
         result = stage.run(ctx)
-        _mark_done(stage, ctx)
         if stage.name == "serve":
             spec = result
     assert spec is not None

@@ -4,9 +4,10 @@
 
 The files load in llama-server and llama-bench and run the same kernels on buffers of the same
 size as the real checkpoints, so speed and memory can be measured without downloading weights.
-Their output is meaningless. Everything comes from `recipe.geometry_for(scale)`: the tensor
-names and shapes follow llama.cpp's loaders for arch `qwen35` (target) and `dflash` (drafter,
-the upstream format: `dflash.target_layers` = HF target_layer_ids + 1).
+Their output is meaningless. Everything comes from `recipe.geometry_at(scale)`, typed and checked
+when the recipe loaded: the tensor names and shapes follow llama.cpp's loaders for arch `qwen35`
+(target) and `dflash` (drafter, the upstream format: `dflash.target_layers` = HF
+target_layer_ids + 1).
 
 Weights are valid quant blocks with random nibbles and small, finite super-block scales chosen
 so a row has a standard deviation near 1/sqrt(n_in): activations stay finite. A pool of random
@@ -24,7 +25,7 @@ import math
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -33,6 +34,7 @@ import numpy as np
 
 from buun_tool import console
 from buun_tool.errors import BuunError, Exit, UsageError
+from buun_tool.recipes import SPECIAL_TOKENS, DrafterGeometry, Recipe, TargetGeometry
 
 QT = gguf.GGMLQuantizationType
 FORMAT_VERSION = 2  # bump when the bytes written for the same inputs change
@@ -47,8 +49,6 @@ TARGET_TYPES: dict[str, tuple[QT, int]] = {
 }
 DRAFT_TYPES = {k: v for k, v in TARGET_TYPES.items() if k != "q4_k_m"}
 
-# The real Qwen3.5 special tokens follow <|endoftext|> in this order.
-SPECIAL_NAMES = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
@@ -67,113 +67,6 @@ _WORDS = (
     "solve equation integer prime divide multiply add minus plus equal times square root problem story write "
     "city river night light water world people story because between through during before under again"
 ).split()
-
-
-# --- geometry --------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TargetGeometry:
-    """The qwen35 hyper-parameters, named as in the HF config.json."""
-
-    hidden_size: int
-    num_hidden_layers: int
-    full_attention_interval: int
-    intermediate_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    partial_rotary_factor: float
-    mrope_section: tuple[int, ...]
-    rope_theta: float
-    linear_num_key_heads: int
-    linear_num_value_heads: int
-    linear_key_head_dim: int
-    linear_value_head_dim: int
-    linear_conv_kernel_dim: int
-    vocab_size: int
-    rms_norm_eps: float
-    max_position_embeddings: int
-    eos_token_id: int
-
-    @property
-    def n_rot(self) -> int:
-        return int(self.head_dim * self.partial_rotary_factor)
-
-    @property
-    def key_dim(self) -> int:
-        return self.linear_num_key_heads * self.linear_key_head_dim
-
-    @property
-    def value_dim(self) -> int:
-        return self.linear_num_value_heads * self.linear_value_head_dim
-
-    @property
-    def conv_dim(self) -> int:
-        return 2 * self.key_dim + self.value_dim
-
-    def is_full_attention(self, layer: int) -> bool:
-        return (layer + 1) % self.full_attention_interval == 0
-
-    @property
-    def n_full_attention(self) -> int:
-        return sum(self.is_full_attention(i) for i in range(self.num_hidden_layers))
-
-
-@dataclass(frozen=True)
-class DrafterGeometry:
-    """The DFlash drafter's hyper-parameters, named as in its config.json."""
-
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    intermediate_size: int
-    rope_theta: float
-    rms_norm_eps: float
-    block_size: int
-    mask_token_id: int
-    target_layer_ids: tuple[int, ...]
-
-
-def _build(cls: type, values: dict[str, Any], where: str) -> Any:
-    names = [f.name for f in cls.__dataclass_fields__.values()]  # type: ignore[attr-defined]
-    missing = [n for n in names if n not in values]
-    if missing:
-        raise UsageError(f"{where}: missing {', '.join(missing)}", "see recipes/qwen3.5-27b-dflash.yaml")
-    kw = {n: tuple(values[n]) if isinstance(values[n], list) else values[n] for n in names}
-    return cls(**kw)
-
-
-def geometry(recipe: Any, scale: str) -> tuple[TargetGeometry, DrafterGeometry]:
-    """The recipe's target and drafter geometry at `scale`, checked for what llama.cpp needs."""
-    geo = recipe.geometry_for(scale)
-    where = f"{recipe.source}: geometry ({scale})"
-    target = _build(TargetGeometry, geo["target"], f"{where}.target")
-    drafter = _build(DrafterGeometry, geo["drafter"], f"{where}.drafter")
-    _check(target, drafter, where)
-    return target, drafter
-
-
-def _check(t: TargetGeometry, d: DrafterGeometry, where: str) -> None:
-    problems = []
-    if d.hidden_size != t.hidden_size:
-        problems.append(f"drafter.hidden_size {d.hidden_size} must equal target.hidden_size {t.hidden_size} "
-                        "(llama.cpp feeds the target's hidden states to the drafter's fc)")
-    if t.linear_key_head_dim != t.linear_value_head_dim:
-        problems.append("target.linear_key_head_dim must equal linear_value_head_dim (qwen35 has one ssm.state_size)")
-    if t.linear_num_value_heads % t.linear_num_key_heads:
-        problems.append("target.linear_num_value_heads must be a multiple of linear_num_key_heads")
-    if 2 * sum(t.mrope_section) != t.n_rot:
-        problems.append(f"target.mrope_section {list(t.mrope_section)} must sum to "
-                        "head_dim * partial_rotary_factor / 2")
-    if max(d.target_layer_ids) + 1 >= t.num_hidden_layers:
-        problems.append("drafter.target_layer_ids must leave the last target layer out "
-                        "(the drafter reads layer inputs)")
-    if not t.eos_token_id + len(SPECIAL_NAMES) <= d.mask_token_id < t.vocab_size:
-        problems.append("drafter.mask_token_id must lie after the target's special tokens and inside the vocabulary")
-    if problems:
-        raise UsageError(f"{where}: " + "; ".join(problems))
 
 
 # --- tensors ---------------------------------------------------------------------------------
@@ -372,7 +265,7 @@ class Vocab:
 
     @property
     def im_end(self) -> int:
-        return self.special_base + SPECIAL_NAMES.index("<|im_end|>")
+        return self.special_base + SPECIAL_TOKENS.index("<|im_end|>")
 
 
 def _byte_alphabet() -> list[str]:
@@ -418,8 +311,8 @@ def build_vocab(vocab_size: int, special_base: int, mask: int) -> Vocab:
     types = [int(gguf.TokenType.NORMAL)] * len(tokens)
     for i in range(special_base, vocab_size):
         offset = i - special_base
-        if offset < len(SPECIAL_NAMES):
-            tokens.append(SPECIAL_NAMES[offset])
+        if offset < len(SPECIAL_TOKENS):
+            tokens.append(SPECIAL_TOKENS[offset])
         elif i == mask:
             tokens.append("<|mask|>")
         elif i <= mask:
@@ -666,14 +559,15 @@ class PairPlan:
         return hashlib.sha256(json.dumps(self.inputs, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def plan_pair(recipe: Any, scale: str = "tiny", target_type: str = "q4_k_m", draft_type: str = "q4_k",
+def plan_pair(recipe: Recipe, scale: str = "tiny", target_type: str = "q4_k_m", draft_type: str = "q4_k",
               seed: int = 0) -> PairPlan:
     """The tensors and metadata of both files, without writing anything."""
     if target_type not in TARGET_TYPES:
         raise UsageError(f"unknown target type {target_type!r}", f"valid: {', '.join(TARGET_TYPES)}")
     if draft_type not in DRAFT_TYPES:
         raise UsageError(f"unknown draft type {draft_type!r}", f"valid: {', '.join(DRAFT_TYPES)}")
-    tgeo, dgeo = geometry(recipe, scale)
+    geo = recipe.geometry_at(scale)
+    tgeo, dgeo = geo.target, geo.drafter
     vocab = build_vocab(tgeo.vocab_size, tgeo.eos_token_id, dgeo.mask_token_id)
     label = f"{recipe.name} ({scale})"
     target = target_plan(tgeo, target_type, f"{label} target", vocab.special_base)
@@ -682,7 +576,7 @@ def plan_pair(recipe: Any, scale: str = "tiny", target_type: str = "q4_k_m", dra
     _vocab_kv(drafter, vocab, with_mask=True)
     inputs = {"format": FORMAT_VERSION, "recipe": recipe.name, "scale": scale, "seed": seed,
               "target_type": target_type, "draft_type": draft_type,
-              "geometry": {"target": asdict(tgeo), "drafter": asdict(dgeo)}}
+              "geometry": geo.to_json()}
     stem = f"synth-{recipe.name}-{scale}"
     return PairPlan(target, drafter, f"{stem}-{target_type}.gguf", f"{stem}-dflash-{draft_type}.gguf", inputs)
 
@@ -701,7 +595,7 @@ def _up_to_date(stamp: Path, plan: PairPlan, files: tuple[Path, Path]) -> bool:
         f.is_file() and f.stat().st_size == sizes.get(f.name) for f in files)
 
 
-def write_pair(recipe: Any, out_dir: Path, scale: str = "tiny", seed: int = 0,
+def write_pair(recipe: Recipe, out_dir: Path, scale: str = "tiny", seed: int = 0,
                target_type: str = "q4_k_m", draft_type: str = "q4_k") -> tuple[Path, Path]:
     """Write (or reuse) the synthetic target and drafter GGUFs; returns their paths.
 

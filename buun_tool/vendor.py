@@ -25,6 +25,7 @@ from buun_tool import console, paths
 from buun_tool.errors import BuunError, CommandError, Exit, NotReadyError, UsageError
 from buun_tool.fsutil import sha256_file
 from buun_tool.proc import git, run
+from buun_tool.stage import StageStatus, current, stale
 
 BASELINE_TAG = "buun-baseline"
 # Fixed identity and dates make the baseline commit id depend on the tree alone.
@@ -216,6 +217,13 @@ def state(pin: Pin | None = None) -> VendorState:
     dirty = [ln for ln in git(d, "status", "--porcelain", "--untracked-files=no").splitlines() if ln]
     return VendorState(present=True, at_pin=tree == pin.tree, tree=tree,
                        commits_on_top=int(commits or 0), dirty=dirty)
+
+
+def stage_status() -> StageStatus:
+    """The vendor stage's own answer: current when vendor/llama.cpp holds the pinned tree."""
+    pin = load_pin()
+    st = state(pin)
+    return current(st.describe(pin)) if st.present and st.at_pin else stale(st.describe(pin))
 
 
 def require_vendored() -> Path:

@@ -45,11 +45,11 @@ def tree_sweep_run() -> dict[str, Any]:
 
     rec = json.loads(RECORDED.read_text())
     recipe, common = recipes.load(), bench_configs.common(draft_max=15)
-    tree = bench_configs.tree_configs(bench_configs.tree_budgets("8,16,22,32"), recipe, common)
+    tree = bench_configs.tree_configs(bench_configs.tree_budgets("8,16,22,32"), recipe, common, Path("/m"))
     models = bench_configs.Models(Path("/m/t.gguf"), Path("/m/d.gguf"))
     runs = []
     for i, cfg in enumerate(bench_configs.configs(True, [1.0, 7.67], tree)):
-        argv = bench_configs.argv(recipe, cfg, models, Path("/b/llama-server"), 9000 + i, common)
+        argv = bench_configs.argv(recipe, cfg, models, Path("/b/llama-server"), 9000 + i, common, Path("/m"))
         al = cfg.expected_al * 0.98 if cfg.expected_al else cfg.synthetic_al
         step_ms = 18.0 * (1 + 0.006 * max((cfg.tree_budget or 0) - 16, 0)) if cfg.spec else 12.5
         samples = [_sample(cfg.name, pid, al, step_ms) for pid in ("code/fib", "code/quicksort")]

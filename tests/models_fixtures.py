@@ -83,7 +83,7 @@ def tiny_tokenizer() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_models_built(converter_python: Path, tiny_tokenizer: Path) -> TinyModels:
-    geometry = recipes.load().geometry_for("tiny")
+    geometry = recipes.load().geometry_at("tiny").to_json()
     dest = CACHE / "buun-fixtures" / f"models-{_fixture_key(geometry)}"
     if not (dest / "done").is_file():
         tmp = dest.with_name(dest.name + ".tmp")

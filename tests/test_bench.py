@@ -73,9 +73,14 @@ class TestTreeSweep:
 
     COMMON = bench_configs.common(ctx=4096, draft_max=15)
     MODELS = bench_configs.Models(Path("t.gguf"), Path("d.gguf"))
+    MODELS_DIR = Path("/m")  # the folder a `-c fit` would weigh; bench pins -c
+
+    def argv(self, cfg: bench_configs.ServerConfig) -> list[str]:
+        return bench_configs.argv(recipes.load(), cfg, self.MODELS, Path("/b/llama-server"), 9000, self.COMMON,
+                                  self.MODELS_DIR)
 
     def sweep(self, given: str, common: bench_configs.Overrides = COMMON) -> list[int]:
-        cfgs = bench_configs.tree_configs(bench_configs.tree_budgets(given), recipes.load(), common)
+        cfgs = bench_configs.tree_configs(bench_configs.tree_budgets(given), recipes.load(), common, self.MODELS_DIR)
         return [c.tree_budget for c in cfgs]
 
     def test_the_budgets_start_with_the_chain_each_once(self) -> None:
@@ -96,7 +101,7 @@ class TestTreeSweep:
         assert self.sweep("64", wide) == [0, 64]
 
     def test_each_budget_is_served_with_the_profile(self) -> None:
-        tree = bench_configs.tree_configs([0, 8, 22], recipes.load(), self.COMMON)
+        tree = bench_configs.tree_configs([0, 8, 22], recipes.load(), self.COMMON, self.MODELS_DIR)
         cfgs = bench_configs.configs(ar=True, synthetic_al=[7.67], trees=tree)
         assert [c.name for c in cfgs] == ["ar", "dflash-al7.67", "dflash-tree0", "dflash-tree8", "dflash-tree22"]
         assert [c.label for c in tree] == ["DFlash chain (synthetic tree)", "DFlash tree 8 (synthetic tree)",
@@ -106,7 +111,7 @@ class TestTreeSweep:
                                                  treeprofile.DEFAULT.tree_al(22)]
         assert [tree[0].expected_al, tree[2].expected_al] == pytest.approx([7.67, 8.31], abs=2e-3)
         for cfg in tree:
-            argv = bench_configs.argv(recipes.load(), cfg, self.MODELS, Path("/b/llama-server"), 9000, self.COMMON)
+            argv = self.argv(cfg)
             # the chain is llama-server's default: no budget flag (spec.with_tree), the profile all the same
             budget = argv[argv.index("--spec-tree-budget") + 1] if "--spec-tree-budget" in argv else "0"
             assert budget == str(cfg.tree_budget)
@@ -114,12 +119,12 @@ class TestTreeSweep:
             u, easy, hard = treeprofile.parse_synth_tree(argv[argv.index("--spec-synth-tree") + 1])
             assert (u, [easy, hard]) == (treeprofile.DEFAULT.u, list(treeprofile.DEFAULT.rows()))
             assert argv[argv.index("--draft-max") + 1] == "15" and argv[argv.index("-ub") + 1] == "64"
-        ar = bench_configs.argv(recipes.load(), cfgs[0], self.MODELS, Path("/b/llama-server"), 9000, self.COMMON)
+        ar = self.argv(cfgs[0])
         assert not any(a.startswith("--spec-tree") or a == "--spec-synth-tree" for a in ar)
 
     def test_another_draft_length_has_no_expected_al(self) -> None:
         """The profile's expectation is over treeprofile.DEPTH (15) draft positions."""
-        cfgs = bench_configs.tree_configs([0, 22], recipes.load(), bench_configs.common(draft_max=8))
+        cfgs = bench_configs.tree_configs([0, 22], recipes.load(), bench_configs.common(draft_max=8), self.MODELS_DIR)
         assert [c.expected_al for c in cfgs] == [None, None]
 
     def test_a_running_server_cannot_be_swept(self) -> None:

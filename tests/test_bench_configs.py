@@ -13,10 +13,11 @@ from buun_tool.cli.app import app
 from buun_tool.server import command
 
 MODELS = Models(Path("/m/t.gguf"), Path("/m/d.gguf"))
+MODELS_DIR = Path("/m")  # the folder a `-c fit` would weigh; bench pins -c
 
 
 def _argv(cfg: bench_configs.ServerConfig, overrides: Overrides, fake_bin: Path, port: int = 9000) -> list[str]:
-    return bench_configs.argv(recipes.load(), cfg, MODELS, fake_bin / "llama-server", port, overrides)
+    return bench_configs.argv(recipes.load(), cfg, MODELS, fake_bin / "llama-server", port, overrides, MODELS_DIR)
 
 
 def _serve(*args: str) -> list[str]:
@@ -94,7 +95,7 @@ class TestArgv:
 
     def test_a_tree_sweeps_configuration_has_no_upstream_twin(self) -> None:
         """Upstream has no tree verification (patch 0029): the sweep runs on buun's build only."""
-        trees = bench_configs.tree_configs([0, 8], recipes.load(), bench_configs.common())
+        trees = bench_configs.tree_configs([0, 8], recipes.load(), bench_configs.common(), MODELS_DIR)
         cfgs = bench_configs.configs(ar=True, synthetic_al=None, trees=trees)
         assert bench_configs.without_twin(cfgs) == trees
         assert [c.name for c in bench_configs.against_upstream(cfgs)] == ["ar", "ar-upstream", "dflash-tree0",

@@ -38,16 +38,16 @@ def _flat(text: str) -> str:
 
 @pytest.fixture
 def pulled(tiny_hub: FakeHub, tiny_recipe: recipes.Recipe) -> recipes.Recipe:
-    pull.pull(tiny_recipe, roles=("drafter", "tokenizer"))
+    pull.pull(tiny_recipe, paths.models_dir(), roles=("drafter", "tokenizer"))
     return tiny_recipe
 
 
 class TestDrafterFolder:
     def test_copies_the_tokenizer_files_and_keeps_the_drafters_config(self, pulled: recipes.Recipe,
                                                                        tiny_models_built: TinyModels):
-        lay = pull.layout(pulled)
+        lay = pull.layout(pulled, paths.models_dir())
         own_config = _sha(lay.drafter_dir / "config.json")
-        result = drafter.prepare(pulled)
+        result = drafter.prepare(pulled, paths.models_dir())
         assert result.copied == list(pulled.tokenizer.files)
         for name in pulled.tokenizer.files:
             assert _sha(lay.drafter_dir / name) == _sha(lay.tokenizer_dir / name)
@@ -57,16 +57,16 @@ class TestDrafterFolder:
         assert result.facts["hidden_size"] == result.facts["target_hidden_size"] == 256
 
     def test_is_idempotent_and_repairs_a_changed_copy(self, pulled: recipes.Recipe):
-        drafter.prepare(pulled)
-        again = drafter.prepare(pulled)
+        drafter.prepare(pulled, paths.models_dir())
+        again = drafter.prepare(pulled, paths.models_dir())
         assert again.copied == [] and again.already_there == list(pulled.tokenizer.files)
-        vocab = pull.layout(pulled).drafter_dir / "vocab.json"
+        vocab = pull.layout(pulled, paths.models_dir()).drafter_dir / "vocab.json"
         vocab.write_text("{}")
-        assert drafter.prepare(pulled).copied == ["vocab.json"]
+        assert drafter.prepare(pulled, paths.models_dir()).copied == ["vocab.json"]
 
     def test_a_full_disk_leaves_no_half_copy(self, pulled: recipes.Recipe):
-        drafter.prepare(pulled)
-        vocab = pull.layout(pulled).drafter_dir / "vocab.json"
+        drafter.prepare(pulled, paths.models_dir())
+        vocab = pull.layout(pulled, paths.models_dir()).drafter_dir / "vocab.json"
         vocab.write_text("{}")  # to be copied again
         tmp = vocab.with_name(f".vocab.json.{os.getpid()}.tmp")
         tmp.symlink_to("/dev/full")  # the copy's first write answers ENOSPC, as on a full disk
@@ -78,11 +78,11 @@ class TestDrafterFolder:
     def test_refuses_to_overwrite_the_drafters_config(self, pulled: recipes.Recipe, tmp_path: Path):
         data = recipes.load_file(write_recipe(tmp_path / "bad.yaml", tokenizer={
             "repo": "Qwen/Qwen3.5-27B", "files": ["tokenizer.json", "config.json"]}))
-        before = _sha(pull.layout(pulled).drafter_dir / "config.json")
+        before = _sha(pull.layout(pulled, paths.models_dir()).drafter_dir / "config.json")
         with pytest.raises(UsageError) as info:
-            drafter.prepare(data)
+            drafter.prepare(data, paths.models_dir())
         assert "tokenizer.files lists config.json" in info.value.message and str(data.source) in info.value.message
-        assert _sha(pull.layout(pulled).drafter_dir / "config.json") == before
+        assert _sha(pull.layout(pulled, paths.models_dir()).drafter_dir / "config.json") == before
 
     @pytest.mark.parametrize(("change", "message"), [
         ({"hidden_size": 128}, "hidden sizes differ: drafter 128"),
@@ -91,26 +91,26 @@ class TestDrafterFolder:
         ({"architectures": ["Qwen3ForCausalLM"]}, "not a DFlash drafter"),
     ])
     def test_a_drafter_that_does_not_fit_the_target(self, pulled: recipes.Recipe, change: dict, message: str):
-        cfg_path = pull.layout(pulled).drafter_dir / "config.json"
+        cfg_path = pull.layout(pulled, paths.models_dir()).drafter_dir / "config.json"
         cfg_path.write_text(json.dumps({**json.loads(cfg_path.read_text()), **change}))
         with pytest.raises(UsageError) as info:
-            drafter.prepare(pulled)
+            drafter.prepare(pulled, paths.models_dir())
         assert message in info.value.message
 
     def test_the_recipe_expectations_are_checked(self, tiny_hub: FakeHub, tmp_path: Path):
         r = recipes.load_file(write_recipe(tmp_path / "r.yaml", expect={"block_size": 8}))
-        pull.pull(r, roles=("drafter", "tokenizer"))
+        pull.pull(r, paths.models_dir(), roles=("drafter", "tokenizer"))
         with pytest.raises(UsageError, match=r"expect.block_size is 8 but the drafter has 16"):
-            drafter.prepare(r)
+            drafter.prepare(r, paths.models_dir())
 
     def test_needs_a_pull_first(self, tiny_recipe: recipes.Recipe):
         with pytest.raises(NotReadyError) as info:
-            drafter.prepare(tiny_recipe)
+            drafter.prepare(tiny_recipe, paths.models_dir())
         assert "is not downloaded" in info.value.message and "buun pull tiny-dflash" in (info.value.hint or "")
 
     def test_convert_needs_the_drafter_folder(self, pulled: recipes.Recipe):
         with pytest.raises(NotReadyError) as info:
-            convert.convert(pulled)
+            convert.convert(pulled, paths.models_dir())
         assert "drafter folder is incomplete" in info.value.message and "tokenizer.json" in info.value.message
 
 
@@ -339,6 +339,45 @@ class TestConvert:
         log = (tmp_path / "server.log").read_text()
         assert "block_size=16, mask_token_id=248070, n_extract=3" in log
 
+    def test_after_llama_quantize_is_rebuilt_setup_and_convert_agree(
+            self, converted: Converted, models: Path, llama_bin: Path, tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch):
+        """llama-quantize rebuilt, simulated by what the records compare and without touching the
+        shared build: BUUN_BUILD_DIR points at a folder under tmp_path with a copy of the CPU
+        build's binaries and its stamp (so the build stage of a CPU setup is current), and beside it
+        the same binaries under a CUDA build's stamp, as after a `buun build` on a GPU machine:
+        buun's llama-quantize is now that build's, while the GGUF's provenance names the CPU one.
+        The setup plan and `buun convert` both say the conversion is stale, for the same reason;
+        once `buun convert` has re-quantized, both say it is current."""
+        from buun_tool import setup
+
+        stamp = build.read_stamp("cpu")
+        assert stamp is not None
+        builds = tmp_path / "build"
+        shutil.copytree(llama_bin, builds / "cpu" / "bin", symlinks=True)
+        (builds / "cpu" / build.STAMP).write_text(json.dumps(stamp))
+        (builds / "cuda").mkdir()
+        (builds / "cuda" / "bin").symlink_to(builds / "cpu" / "bin")
+        (builds / "cuda" / build.STAMP).write_text(json.dumps({**stamp, "variant": "cuda", "arch": "90"}))
+        monkeypatch.setenv("BUUN_BUILD_DIR", str(builds))
+        monkeypatch.delenv("BUUN_LLAMA_BIN_DIR", raising=False)
+        recipe = converted.recipe
+        ctx = setup.Context(recipe, models, cpu=True)
+
+        def plan() -> dict[str, setup.PlanRow]:
+            return {row.stage: row for row in setup.plan(ctx)}
+
+        assert build.find_binary("llama-quantize").parent == builds / "cuda" / "bin"
+        status = convert.stage_status(recipe, models)
+        assert not status.current and status.detail == "llama-quantize was rebuilt since (its build stamp changed)"
+        before = plan()
+        assert before["build"].action == "skip" and before["convert"].action == "run"
+        assert before["convert"].detail == status.detail
+        res = CliRunner().invoke(app, ["convert", str(recipe.source), "--models-dir", str(models), "--json"])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.stdout)["rebuilt"] and "llama-quantize was rebuilt" in _flat(res.stderr)
+        assert convert.stage_status(recipe, models).current and plan()["convert"].action == "skip"
+
     def test_convert_cli_reports_up_to_date(self, converted: Converted, models: Path):
         res = CliRunner().invoke(app, ["convert", str(converted.recipe.source), "--models-dir", str(models),
                                        "--json"])
@@ -352,10 +391,10 @@ def test_a_float_recipe_needs_no_quantize(tiny_hub: FakeHub, tiny_models_built: 
                                           monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(tmp_path / "no-build"))  # no llama-quantize anywhere
     r = recipes.load_file(write_recipe(tmp_path / "f16.yaml", quantize="F16"))
-    pull.pull(r, roles=("drafter", "tokenizer"))
-    drafter.prepare(r)
-    result = convert.convert(r)
-    assert result.intermediate is None and Path(result.gguf) == pull.layout(r).drafter_gguf("F16")
+    pull.pull(r, paths.models_dir(), roles=("drafter", "tokenizer"))
+    drafter.prepare(r, paths.models_dir())
+    result = convert.convert(r, paths.models_dir())
+    assert result.intermediate is None and Path(result.gguf) == pull.layout(r, paths.models_dir()).drafter_gguf("F16")
     assert result.verified["file_type"] == 1 and set(result.verified["tensor_types"]) == {"F16", "F32"}
     # the same converter on the same checkpoint: the same tensors as the fixture's own conversion
     with GgufFile(Path(result.gguf)) as got, GgufFile(tiny_models_built.upstream_drafter_f16) as ref:

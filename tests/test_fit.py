@@ -309,13 +309,34 @@ def test_the_context_choice_says_why(tmp_path: Path) -> None:
     from buun_tool.build import Gpu
 
     r = recipes.load()
+    models = tmp_path / "models"  # nothing pulled: the weights of the recipe's geometry
     card = [Gpu("NVIDIA GeForce RTX 3090", "8.6", 24576, "580")]
-    chosen = fit.choose_context(r, r.server_flags, False, card)
+    chosen = fit.choose_context(r, r.server_flags, False, models, card)
     assert chosen.value == fit.max_context(r, fit.flags_from_recipe(r), 24.0, fit.MARGIN_GIB,
-                                           weights=fit.default_weights(r))
+                                           weights=fit.default_weights(r, models))
     assert chosen.why == "the largest that fits the NVIDIA GeForce RTX 3090 (24.0 GiB), from `buun fit`"
-    assert fit.choose_context(r, {"-c": "fit"}, False, []).why == "no GPU found to fit: buun's default"
-    assert fit.choose_context(r, {"-c": "512"}, True, card) == fit.ContextChoice(512, "set on the command line")
-    assert fit.choose_context(r, {"-c": 4096}, False, card).why == f"pinned by the recipe ({r.source.name})"
-    small = fit.choose_context(r, {"-c": "fit"}, False, [Gpu("tiny", "8.6", 4096, "580")])
+    assert fit.choose_context(r, {"-c": "fit"}, False, models, []).why == "no GPU found to fit: buun's default"
+    assert fit.choose_context(r, {"-c": "512"}, True, models, card) == fit.ContextChoice(512,
+                                                                                       "set on the command line")
+    assert fit.choose_context(r, {"-c": 4096}, False, models, card).why == f"pinned by the recipe ({r.source.name})"
+    small = fit.choose_context(r, {"-c": "fit"}, False, models, [Gpu("tiny", "8.6", 4096, "580")])
     assert small.value == 6048 and "no context fits the tiny (4.0 GiB)" in small.why
+
+
+def test_fit_weighs_the_models_in_the_folder_it_is_given(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    """The pulled and converted GGUFs in --models-dir, else (an empty folder) the recipe's geometry."""
+    from buun_tool import pull
+
+    models = tmp_path / "models"
+    lay = pull.layout(recipes.load(), models)
+    for made, there in zip(tiny_pair, (lay.target_gguf, lay.drafter_gguf()), strict=True):
+        there.parent.mkdir(parents=True, exist_ok=True)
+        there.symlink_to(made)
+
+    def weights(*args: str) -> str:
+        r = CliRunner().invoke(app, ["fit", "--gpu-mem", "24", "--json", *args])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)["weights"]
+
+    assert weights("--models-dir", str(models)) == f"GGUF files ({lay.target_gguf.name} + {lay.drafter_gguf().name})"
+    assert weights().startswith("geometry (full)")  # the default folder holds nothing

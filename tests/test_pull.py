@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import pull, recipes
+from buun_tool import paths, pull, recipes
 from buun_tool.cli.app import app
 from buun_tool.errors import BuunError, Exit
 from tests.hub_server import Cut, FakeHub
@@ -56,14 +56,14 @@ def _sha256(path: Path) -> str:
 
 def _fail(recipe: recipes.Recipe, **kw) -> BuunError:
     with pytest.raises(BuunError) as info:
-        pull.pull(recipe, **kw)
+        pull.pull(recipe, paths.models_dir(), **kw)
     return info.value
 
 
 class TestDownload:
     def test_pulls_every_role_into_its_folder_and_records_a_manifest(self, hub: FakeHub, recipe: recipes.Recipe):
-        result = pull.pull(recipe)
-        lay = pull.layout(recipe)
+        result = pull.pull(recipe, paths.models_dir())
+        lay = pull.layout(recipe, paths.models_dir())
         assert lay.target_gguf == lay.target_dir / GGUF and lay.target_gguf.is_file()
         assert lay.drafter_dir.name == "z-lab--Qwen3.5-27B-DFlash"
         for role, spec in recipe.repos().items():
@@ -83,20 +83,20 @@ class TestDownload:
         assert [r.role for r in result.roles] == ["target", "drafter", "tokenizer"]
 
     def test_second_pull_downloads_nothing(self, hub: FakeHub, recipe: recipes.Recipe):
-        pull.pull(recipe)
+        pull.pull(recipe, paths.models_dir())
         hub.log.clear()
-        result = pull.pull(recipe)
+        result = pull.pull(recipe, paths.models_dir())
         assert all(r.downloaded == [] for r in result.roles)
         assert hub.requests(kind="resolve") == []
         assert len(hub.requests(kind="api")) == 3  # one look per repo, for its commit
 
     def test_a_changed_local_file_is_fetched_again(self, hub: FakeHub, recipe: recipes.Recipe):
-        pull.pull(recipe)
-        weights = pull.layout(recipe).drafter_dir / "model.safetensors"
+        pull.pull(recipe, paths.models_dir())
+        weights = pull.layout(recipe, paths.models_dir()).drafter_dir / "model.safetensors"
         data = bytearray(weights.read_bytes())
         data[100] ^= 0xFF  # same size, other content
         weights.write_bytes(bytes(data))
-        result = pull.pull(recipe)
+        result = pull.pull(recipe, paths.models_dir())
         assert {r.role: r.downloaded for r in result.roles}["drafter"] == ["model.safetensors"]
         assert _sha256(weights) == hub.repos[DRAFTER].files["model.safetensors"].sha256()
 
@@ -104,8 +104,8 @@ class TestDownload:
                                             monkeypatch: pytest.MonkeyPatch):
         hub.repos[TARGET].gated = True
         monkeypatch.setenv("HF_TOKEN", "hf_test_token")
-        pull.pull(recipe, roles=("target",))
-        assert pull.layout(recipe).target_gguf.is_file()
+        pull.pull(recipe, paths.models_dir(), roles=("target",))
+        assert pull.layout(recipe, paths.models_dir()).target_gguf.is_file()
         assert {r["auth"] for r in hub.requests(kind="resolve")} == {"Bearer hf_test_token"}
 
 
@@ -163,7 +163,7 @@ class TestErrors:
         hub.tampered[(DRAFTER, "model.safetensors")] = _bytes(good.size, 99)
         err = _fail(recipe, roles=("drafter",))
         assert err.exit_code == Exit.FAILED and "arrived corrupted" in err.message and "sha256" in err.message
-        folder = pull.layout(recipe).drafter_dir
+        folder = pull.layout(recipe, paths.models_dir()).drafter_dir
         assert not (folder / "model.safetensors").exists()
         assert list((folder / pull.PARTIAL_DIR).iterdir()) == []
         manifest = json.loads((folder / pull.MANIFEST).read_text())
@@ -181,8 +181,8 @@ class TestFullDisk:
     """A full disk, made at the OS level: the write goes to /dev/full, which answers ENOSPC."""
 
     def test_writing_the_manifest_on_a_full_disk_is_a_clean_error(self, hub: FakeHub, recipe: recipes.Recipe):
-        pull.pull(recipe, roles=("drafter",))
-        folder = pull.layout(recipe).drafter_dir
+        pull.pull(recipe, paths.models_dir(), roles=("drafter",))
+        folder = pull.layout(recipe, paths.models_dir()).drafter_dir
         manifest = (folder / pull.MANIFEST).read_text()
         tmp = folder / f".{pull.MANIFEST}.{os.getpid()}.tmp"  # where the next record is written first
         tmp.symlink_to("/dev/full")
@@ -195,7 +195,7 @@ class TestFullDisk:
         assert (folder / pull.MANIFEST).read_text() == manifest  # the previous record stays
 
     def test_the_disk_hint_names_buuns_own_stale_partial_files(self, hub: FakeHub, recipe: recipes.Recipe):
-        folder = pull.layout(recipe).target_dir / pull.PARTIAL_DIR
+        folder = pull.layout(recipe, paths.models_dir()).target_dir / pull.PARTIAL_DIR
         folder.mkdir(parents=True)
         old = folder / f"{GGUF}.0123456789abcdef.part"  # an older version of the file, never to be resumed
         old.write_bytes(_bytes(1_500_000, 7))
@@ -211,7 +211,7 @@ class TestFullDisk:
         assert err.exit_code == Exit.NETWORK
         assert "sent more of z-lab/Qwen3.5-27B-DFlash/model.safetensors than the 500000 bytes it announced" \
             in err.message
-        partial = pull.layout(recipe).drafter_dir / pull.PARTIAL_DIR
+        partial = pull.layout(recipe, paths.models_dir()).drafter_dir / pull.PARTIAL_DIR
         assert not partial.exists() or list(partial.iterdir()) == []
 
 
@@ -220,12 +220,12 @@ class TestResume:
         big = _bytes(24 << 20, 7)  # over the client's 10 MiB write chunk, so bytes land before the cut
         hub.add_repo(TARGET, {GGUF: big})
         hub.cuts[(TARGET, GGUF)] = Cut(after=15 << 20)
-        pull.pull(recipe, roles=("target",))
+        pull.pull(recipe, paths.models_dir(), roles=("target",))
         gets = hub.requests("GET", "resolve")
         assert len(gets) == 2 and gets[0]["range"] is None
         resumed_at = int(gets[1]["range"].removeprefix("bytes=").rstrip("-"))
         assert 0 < resumed_at <= 15 << 20
-        assert pull.layout(recipe).target_gguf.read_bytes() == big
+        assert pull.layout(recipe, paths.models_dir()).target_gguf.read_bytes() == big
 
     def test_an_interrupted_run_resumes_from_its_partial_file(self, hub: FakeHub, recipe: recipes.Recipe):
         big = _bytes(24 << 20, 8)
@@ -233,25 +233,25 @@ class TestResume:
         hub.cuts[(TARGET, GGUF)] = Cut(after=15 << 20, then_status=503, then_times=1)
         err = _fail(recipe, roles=("target",))
         assert err.exit_code == Exit.NETWORK and "HTTP 503" in err.message
-        parts = list((pull.layout(recipe).target_dir / pull.PARTIAL_DIR).glob("*.part"))
+        parts = list((pull.layout(recipe, paths.models_dir()).target_dir / pull.PARTIAL_DIR).glob("*.part"))
         assert len(parts) == 1
         kept = parts[0].stat().st_size
         assert 0 < kept < len(big)
         hub.log.clear()
-        pull.pull(recipe, roles=("target",))
+        pull.pull(recipe, paths.models_dir(), roles=("target",))
         gets = hub.requests("GET", "resolve")
         assert [g["range"] for g in gets] == [f"bytes={kept}-"]
-        assert pull.layout(recipe).target_gguf.read_bytes() == big
+        assert pull.layout(recipe, paths.models_dir()).target_gguf.read_bytes() == big
         assert not parts[0].exists()
 
 
 class TestOffline:
     def test_offline_uses_what_is_on_disk_without_a_request(self, hub: FakeHub, recipe: recipes.Recipe,
                                                             monkeypatch: pytest.MonkeyPatch):
-        pull.pull(recipe)
+        pull.pull(recipe, paths.models_dir())
         hub.log.clear()
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-        result = pull.pull(recipe)
+        result = pull.pull(recipe, paths.models_dir())
         assert result.offline and hub.log == []
         assert {r.role: r.commit for r in result.roles}["drafter"] == hub.repos[DRAFTER].commit
 
@@ -274,7 +274,7 @@ class TestCli:
     def test_pull_only_some_roles(self, hub: FakeHub, recipe: recipes.Recipe):
         res = CliRunner().invoke(app, ["pull", str(recipe.source), "--only", "drafter,tokenizer"])
         assert res.exit_code == 0, res.output
-        assert not pull.layout(recipe).target_dir.exists()
+        assert not pull.layout(recipe, paths.models_dir()).target_dir.exists()
         assert hub.requests(kind="api") and all(TARGET not in r["path"] for r in hub.log)
 
     def test_unknown_role(self, recipe: recipes.Recipe):
@@ -289,8 +289,14 @@ class TestCli:
         assert "gated repository" in out and "Traceback" not in out
 
 
-def test_models_dir_env_and_option_agree(recipe: recipes.Recipe, tmp_path: Path):
-    assert pull.layout(recipe).root == Path(os.environ["BUUN_MODELS_DIR"])
+def test_models_dir_option_then_env_then_default(recipe: recipes.Recipe, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch):
+    assert paths.models_dir() == Path(os.environ["BUUN_MODELS_DIR"])
+    assert paths.models_dir(tmp_path / "given") == tmp_path / "given"  # the option wins
+    monkeypatch.chdir(tmp_path)
+    assert paths.models_dir(Path("rel")) == tmp_path / "rel"  # absolute: a unit or a supervisor runs elsewhere
+    monkeypatch.delenv("BUUN_MODELS_DIR")
+    assert paths.models_dir() == paths.data_dir() / "models"
     lay = pull.layout(recipe, tmp_path)
     assert lay.drafter_gguf() == tmp_path / "gguf" / "tiny-dflash" / "Qwen3.5-27B-DFlash-Q4_K_M.gguf"
     assert lay.drafter_gguf("bf16").name == "Qwen3.5-27B-DFlash-BF16.gguf"

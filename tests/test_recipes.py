@@ -54,10 +54,11 @@ def test_shipped_recipe_loads():
 
 
 def test_tiny_geometry_keeps_the_structure():
-    geo = recipes.load().geometry_for("tiny")
-    assert geo["target"]["hidden_size"] == geo["drafter"]["hidden_size"]
-    assert all(i < geo["target"]["num_hidden_layers"] for i in geo["drafter"]["target_layer_ids"])
-    assert geo["drafter"]["block_size"] == 16  # unchanged from the full geometry
+    geo = recipes.load().geometry_at("tiny")
+    assert geo.target.hidden_size == geo.drafter.hidden_size
+    assert all(i < geo.target.num_hidden_layers for i in geo.drafter.target_layer_ids)
+    assert geo.drafter.block_size == 16  # unchanged from the full geometry
+    assert geo.target.mrope_section == (11, 11, 10)  # typed: lists become tuples
 
 
 @pytest.mark.parametrize(("dotted", "value", "expected"), [
@@ -68,6 +69,10 @@ def test_tiny_geometry_keeps_the_structure():
     ("geometry.target.hidden_size", "big", "geometry.target.hidden_size: expected a integer, got 'big'"),
     ("geometry.drafter.block_size", 0, "geometry.drafter.block_size: expected a positive integer, got 0"),
     ("geometry.drafter.target_layer_ids", [1, 99], "geometry.drafter.target_layer_ids: expected layer indices"),
+    ("geometry.drafter.target_layer_ids", [], "geometry.drafter.target_layer_ids: expected a list of integers"),
+    ("geometry.target.rope_theta", -1.0, "geometry.target.rope_theta: expected a positive number, got -1.0"),
+    # a scale's overrides are typed too, under their own key
+    ("geometry.tiny.target.vocab_size", "4k", "geometry.tiny.target.vocab_size: expected a integer, got '4k'"),
     ("expect.mask_token_id", "248070", "expect.mask_token_id: expected a integer"),
     ("server.tree.budget", -1, "server.tree.budget: expected 0 (the chain) or a number of draft nodes, got -1"),
     ("server.tree.budget", "22", "server.tree.budget: expected a integer, got '22'"),
@@ -130,11 +135,34 @@ def test_values_that_cannot_be_used_are_refused(tmp_path: Path, dotted: str, val
     assert info.value.message.startswith(f"{path}: {expected}")
 
 
-def test_geometry_keys_are_the_ones_synth_builds_from():
-    from buun_tool import synth
+@pytest.mark.parametrize(("scale", "role", "changes", "expected"), [
+    (None, "drafter", {"hidden_size": 4096},
+     "geometry.drafter.hidden_size: expected geometry.target.hidden_size (5120)"),
+    # the value that breaks the rule is named where it is written: the override, or the base it inherits
+    ("tiny", "drafter", {"hidden_size": 512},
+     "geometry.tiny.drafter.hidden_size: expected geometry.tiny.target.hidden_size (256)"),
+    ("tiny", "target", {"vocab_size": 4096},
+     "geometry.drafter.mask_token_id: expected an id in [248047, 4096)"),
+    (None, "target", {"linear_value_head_dim": 64}, "geometry.target.linear_value_head_dim: expected"),
+    (None, "target", {"linear_num_value_heads": 40}, "geometry.target.linear_num_value_heads: expected a multiple"),
+    (None, "target", {"mrope_section": [11, 11, 11]}, "geometry.target.mrope_section: expected sections summing"),
+    (None, "drafter", {"target_layer_ids": [1, 63]}, "geometry.drafter.target_layer_ids: expected layer indices in"),
+])
+def test_geometry_rules_run_on_load(tmp_path: Path, scale: str | None, role: str, changes: dict[str, Any],
+                                    expected: str):
+    """The cross-field rules `buun synth` and `buun fit` depend on are the loader's: every command refuses."""
+    data = _shipped()
+    (data["geometry"][scale] if scale else data["geometry"])[role].update(changes)
+    path = _write(tmp_path, data)
+    with pytest.raises(recipes.RecipeError) as info:
+        recipes.load(str(path))
+    assert info.value.message.startswith(f"{path}: {expected}")
 
-    assert recipes.GEOMETRY_KEYS["target"] == set(synth.TargetGeometry.__dataclass_fields__)
-    assert recipes.GEOMETRY_KEYS["drafter"] == set(synth.DrafterGeometry.__dataclass_fields__)
+
+def test_unknown_scale_names_the_valid_ones():
+    with pytest.raises(recipes.RecipeError) as info:
+        recipes.load().geometry_at("huge")
+    assert "geometry.huge: no such scale" in info.value.message and info.value.hint == "valid: full, tiny"
 
 
 def test_server_flag_must_look_like_a_flag(tmp_path: Path):
@@ -192,6 +220,21 @@ class TestCli:
         rows = {r["name"]: r for r in json.loads(res.stdout)}
         assert "quantize: expected one of" in rows["broken"]["error"]
         assert rows[recipes.DEFAULT_RECIPE]["error"] is None
+
+    def test_a_recipe_with_a_bad_geometry_is_listed_as_invalid_as_fit_refuses_it(self):
+        """`buun recipes` judges the geometry by the rules `buun fit` (and synth, setup) need."""
+        user = paths.config_dir() / "recipes"
+        user.mkdir(parents=True)
+        data = _shipped()
+        data["name"] = "bad-geometry"
+        data["geometry"]["tiny"]["drafter"]["hidden_size"] = 512
+        path = _write(user, data, "bad-geometry.yaml")
+        res = CliRunner().invoke(app, ["recipes", "--json"])
+        assert res.exit_code == 0, res.output
+        error = {r["name"]: r for r in json.loads(res.stdout)}["bad-geometry"]["error"]
+        assert error.startswith(f"{path}: geometry.tiny.drafter.hidden_size: expected ")
+        fit = CliRunner().invoke(app, ["fit", "bad-geometry", "--gpu-mem", "24"])
+        assert fit.exit_code == Exit.USAGE and error in fit.stderr
 
     def test_recipes_table(self):
         res = CliRunner().invoke(app, ["recipes"])

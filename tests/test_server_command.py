@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from buun_tool import paths
 from buun_tool.cli.app import app
 from buun_tool.errors import NotReadyError, UsageError
 from buun_tool.server import command, spec
@@ -164,14 +165,18 @@ def test_default_models_says_what_to_run() -> None:
 
     recipe = recipes.load()
     with pytest.raises(NotReadyError) as exc:
-        spec.default_models(recipe)
+        spec.default_models(recipe, paths.models_dir())
     assert "buun pull" in str(exc.value.hint)
-    target = pull.layout(recipe).target_gguf  # pulled, but the drafter not converted yet
+    target = pull.layout(recipe, paths.models_dir()).target_gguf  # pulled, but the drafter not converted yet
     target.parent.mkdir(parents=True)
     target.write_bytes(b"GGUF")
     with pytest.raises(NotReadyError) as exc:
-        spec.default_models(recipe)
+        spec.default_models(recipe, paths.models_dir())
     assert "buun convert" in str(exc.value.hint)
+
+
+# the target and drafter given by path (--model, --draft): no models folder is read
+_GIVEN = {"models_dir": Path("/m"), "model": Path("/m/t.gguf"), "draft": Path("/m/d.gguf")}
 
 
 # --- through the CLI ------------------------------------------------------------------------
@@ -230,7 +235,7 @@ class TestPrintCmd:
         """The command with the paths the models will have, and a word that they are not there yet."""
         from buun_tool import recipes
 
-        target, draft = spec.default_paths(recipes.load())
+        target, draft = spec.default_paths(recipes.load(), paths.models_dir())
         r = CliRunner().invoke(app, ["serve", "--print-cmd"])
         assert r.exit_code == 0, r.output
         assert r.stdout.startswith(f"{fake_bin}/llama-server -m {target} -md {draft} --spec-type dflash ")
@@ -245,8 +250,7 @@ class TestPrintCmd:
 
 
 def test_spec_round_trips_through_json(fake_bin: Path) -> None:
-    s, key = spec.resolve(None, model=Path("/m/t.gguf"), draft=Path("/m/d.gguf"),
-                          extra=["--api-key", "zz-secret-zz", "-c", "9"])
+    s, key = spec.resolve(None, **_GIVEN, extra=["--api-key", "zz-secret-zz", "-c", "9"])
     assert key == "zz-secret-zz"
     saved = json.dumps(s.to_json())
     assert "zz-secret-zz" not in saved
@@ -254,7 +258,7 @@ def test_spec_round_trips_through_json(fake_bin: Path) -> None:
 
 
 def test_error_hints_know_which_recipe_flags_the_user_replaced(fake_bin: Path) -> None:
-    s, _ = spec.resolve(None, model=Path("/m/t.gguf"), draft=Path("/m/d.gguf"), extra=["--ctx-size", "1"])
+    s, _ = spec.resolve(None, **_GIVEN, extra=["--ctx-size", "1"])
     assert "-c" not in s.recipe_flags and "-cd" in s.recipe_flags and "--jinja" in s.recipe_flags
 
 
@@ -265,7 +269,7 @@ def _user_recipe(name: str, flags: dict[str, object], tree: dict[str, int] | Non
     (and server.tree settings)."""
     import yaml
 
-    from buun_tool import paths, recipes
+    from buun_tool import recipes
 
     data = yaml.safe_load(recipes.load().source.read_text())
     data.update(name=name, **top)
@@ -286,7 +290,7 @@ class TestRecipeSecrets:
         the key to LLAMA_API_KEY and the token to HF_TOKEN (llama-server's own variables)."""
         monkeypatch.setenv("HF_TOKEN", "before")  # restored after the test
         _user_recipe("keyed", {"--api-key": self.KEY, "--hf-token": self.TOKEN})
-        s, key = spec.resolve("keyed", model=Path("/m/t.gguf"), draft=Path("/m/d.gguf"))
+        s, key = spec.resolve("keyed", **_GIVEN)
         assert key == self.KEY
         for text in (" ".join(s.argv), json.dumps(s.to_json())):
             assert self.KEY not in text and self.TOKEN not in text
@@ -296,7 +300,7 @@ class TestRecipeSecrets:
 
     def test_command_line_key_replaces_the_recipe_key(self, fake_bin: Path) -> None:
         _user_recipe("keyed", {"--api-key": self.KEY})
-        _, key = spec.resolve("keyed", model=Path("/m/t.gguf"), draft=Path("/m/d.gguf"), extra=["--api-key", "other"])
+        _, key = spec.resolve("keyed", **_GIVEN, extra=["--api-key", "other"])
         assert key == "other"
 
     def test_print_cmd_masks_a_recipe_key(self, fake_bin: Path) -> None:
@@ -348,13 +352,79 @@ class TestExposure:
         """A stopped instance is started again from spec.json, which holds no key."""
         from buun_tool.server.instance import Instance
 
-        s, _ = spec.resolve(None, name="open", model=Path("/m/t.gguf"), draft=Path("/m/d.gguf"), host="0.0.0.0",
-                            api_key="k")
+        s, _ = spec.resolve(None, name="open", **_GIVEN, host="0.0.0.0", api_key="k")
         Instance("open").write_spec(s.to_json())
         r = CliRunner().invoke(app, ["restart", "open"])
         assert r.exit_code == 2 and "--no-api-key" in flat(r.stderr)
         s.no_api_key = True  # said at `buun start --no-api-key`: kept in the spec, so a restart may
         spec.check_exposure(spec.LaunchSpec.from_json(json.loads(json.dumps(s.to_json()))), None)
+
+
+class TestModelsFolder:
+    """The launch records the models folder it took the recipe's models from; `buun restart
+    --models-dir` takes them from another one."""
+
+    def test_a_launch_from_the_folder_records_it(self, fake_bin: Path, tmp_path: Path) -> None:
+        s, _ = spec.resolve(None, models_dir=tmp_path, need_models=False)
+        assert s.models_dir == str(tmp_path) and s.target.startswith(f"{tmp_path}/target/")
+        moved = spec.with_models_dir(s, tmp_path / "other")
+        assert moved.models_dir == str(tmp_path / "other") and moved.draft.startswith(f"{tmp_path}/other/gguf/")
+        assert (moved.flags, moved.name) == (s.flags, s.name)
+
+    def test_models_given_by_path_have_no_folder_to_move(self, fake_bin: Path) -> None:
+        s, _ = spec.resolve(None, **_GIVEN)
+        assert s.models_dir is None
+        with pytest.raises(UsageError, match="serves models given by path"):
+            spec.with_models_dir(s, Path("/elsewhere"))
+
+    def test_restart_from_a_folder_without_the_models_says_so(self, fake_bin: Path, tmp_path: Path) -> None:
+        from buun_tool.server.instance import Instance
+
+        s, _ = spec.resolve(None, name="moved", models_dir=tmp_path, need_models=False)
+        Instance("moved").write_spec(s.to_json())
+        r = CliRunner().invoke(app, ["restart", "moved", "--models-dir", str(tmp_path / "empty")])
+        assert r.exit_code == 3 and f"{tmp_path}/empty/target/" in flat(r.stderr)
+        assert Instance("moved").read_spec()["models_dir"] == str(tmp_path)  # nothing changed
+
+
+class TestOneLaunch:
+    """serve, start and service install take one bundle of options and resolve the same launch;
+    serve and start hand it to the same control.launch, serve with the supervisor in the foreground."""
+
+    ARGS = ("--name", "same", "--port", "9123", "--drop", "-cd", "--max-crashes", "4", "--", "-c", "2048")
+
+    def test_the_three_commands_resolve_one_launch(self, fake_bin: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+        from buun_tool.server import control
+        from buun_tool.server.instance import Instance
+
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+        models = tmp_path / "m"
+        models.mkdir()
+        for f in ("t.gguf", "d.gguf"):
+            (models / f).write_bytes(b"GGUF")
+        launched: dict[str, tuple] = {}
+
+        def launch(resolved: spec.LaunchSpec, key: str | None, **how) -> None:
+            launched["serve" if how.get("foreground") else "start"] = (resolved, how)
+
+        monkeypatch.setattr(control, "launch", launch)
+        given = ["--model", str(models / "t.gguf"), "--draft", str(models / "d.gguf"), *self.ARGS]
+        for cmd in ("serve", "start"):
+            r = CliRunner().invoke(app, [cmd, *given])
+            assert r.exit_code == 0, r.output
+        r = CliRunner().invoke(app, ["service", "install", *given])  # its unit runs the spec it saves
+        assert r.exit_code == 0, r.output
+
+        def settings(spec_json: dict) -> dict:
+            return {k: v for k, v in spec_json.items() if k != "run_id"}
+
+        serve_spec, start_spec = launched["serve"][0], launched["start"][0]
+        assert settings(serve_spec.to_json()) == settings(start_spec.to_json())
+        assert settings(serve_spec.to_json()) == settings(Instance("same").read_service_spec())
+        assert serve_spec.port == 9123 and serve_spec.policy.max_crashes == 4
+        assert dict(serve_spec.flags)["-c"] == "2048" and "-cd" not in dict(serve_spec.flags)
+        assert "wait" in launched["start"][1] and "foreground" not in launched["start"][1]
 
 
 class TestTreeBudget:
@@ -380,7 +450,7 @@ class TestTreeBudget:
         if cmd == "serve":
             assert self.tree(self.argv("--tree-budget", "22")) == ["--spec-tree-budget", "22", "--spec-tree-k", "8"]
         else:  # start has no --print-cmd: what it would run is its resolved spec
-            s, _ = spec.resolve(None, model=Path("/m/t.gguf"), draft=Path("/m/d.gguf"), tree_budget=22)
+            s, _ = spec.resolve(None, **_GIVEN, tree_budget=22)
             assert self.tree(s.argv) == ["--spec-tree-budget", "22", "--spec-tree-k", "8"]
             r = CliRunner().invoke(app, ["start", *self.ARGS[:4], "--tree-budget", "-1"])
             assert r.exit_code == 2 and "--tree-budget -1: expected 0 or more draft nodes" in flat(r.stderr)

@@ -1,8 +1,12 @@
-"""`buun service install`: the systemd user unit's content (written, not started without --now)."""
+"""`buun service install`: the systemd user unit's content (written, not started without --now), the
+launch spec it runs, and that spec run as systemd would run it."""
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +16,9 @@ from typer.testing import CliRunner
 
 from buun_tool.cli.app import app
 from buun_tool.server import service
+from buun_tool.server.instance import Instance
+from buun_tool.server.process import free_port
+from tests.server_helpers import TEST_FLAGS, Buun, chat
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,19 +51,28 @@ def exec_start(unit: str) -> list[str]:
     return shlex.split(line[len("ExecStart="):])
 
 
-def test_unit_runs_buun_serve_in_the_foreground(unit_env: dict) -> None:
+def saved(name: str) -> dict:
+    """The launch spec the unit of `name` runs."""
+    return json.loads(Instance(name).service_spec_file.read_text())
+
+
+def test_unit_runs_the_launch_saved_at_install(unit_env: dict) -> None:
     r = install(unit_env, "--name", "main", "--port", "9090", "--max-crashes", "7", "--drop", "-cd",
                 "--", "-c", "4096", "--spec-type", "draft-dflash")
     assert r.exit_code == 0, r.output
     unit_file = unit_env["dir"] / "buun-main.service"
     unit = unit_file.read_text()
     assert unit_env["calls"] == []  # written, not started
-    argv = exec_start(unit)
+    # no option of buun's command line in the unit: renaming one cannot break it
+    assert exec_start(unit) == [sys.executable, "-m", "buun_tool.server.supervisor", "main",
+                                "--spec", str(Instance("main").service_spec_file)]
+    spec = saved("main")
     m = unit_env["models"]
-    assert argv[:4] == [sys.executable, "-m", "buun_tool", "serve"]
-    assert argv[4:] == ["qwen3.5-27b-dflash", "--name", "main", "--host", "127.0.0.1", "--port", "9090",
-                        "--model", str(m / "t.gguf"), "--draft", str(m / "d.gguf"), "--drop=-cd",
-                        "--max-crashes", "7", "--", "-c", "4096", "--spec-type", "draft-dflash"]
+    assert (spec["name"], spec["port"], spec["target"], spec["draft"]) == ("main", 9090, str(m / "t.gguf"),
+                                                                           str(m / "d.gguf"))
+    flags = dict(spec["flags"])
+    assert flags["-c"] == "4096" and flags["--spec-type"] == "draft-dflash" and "-cd" not in flags
+    assert spec["policy"]["max_crashes"] == 7
     for line in ("[Service]", "Type=simple", "KillMode=mixed", "Restart=on-failure",
                  "ExecReload=/bin/kill -HUP $MAINPID", "WantedBy=default.target", f"WorkingDirectory={ROOT}"):
         assert line in unit.splitlines(), line
@@ -78,13 +94,13 @@ def test_the_patch_switches_reach_the_service(unit_env: dict, monkeypatch: pytes
     assert "LLAMA_SPEC_PROFILE" not in unit
 
 
-def test_the_unit_command_is_one_buun_serve_accepts(unit_env: dict) -> None:
-    assert install(unit_env, "--name", "x", "--", "-ngl", "20").exit_code == 0
-    argv = exec_start((unit_env["dir"] / "buun-x.service").read_text())
-    at = argv.index("--")
-    r = subprocess.run([*argv[:at], "--print-cmd", *argv[at:]], capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
-    assert " -ngl 20 " in r.stdout and " -ngl 99 " not in r.stdout
+def test_a_saved_spec_from_another_buun_is_refused_with_the_fix(unit_env: dict) -> None:
+    assert install(unit_env, "--name", "x").exit_code == 0
+    path = Instance("x").service_spec_file
+    path.write_text(json.dumps({**saved("x"), "renamed_field": 1}))
+    r = subprocess.run(exec_start((unit_env["dir"] / "buun-x.service").read_text()), capture_output=True,
+                       text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 3 and "is not one this buun reads" in r.stdout and "buun service install" in r.stdout
 
 
 def test_now_starts_it_and_other_settings_need_force(unit_env: dict) -> None:
@@ -93,7 +109,7 @@ def test_now_starts_it_and_other_settings_need_force(unit_env: dict) -> None:
     r = install(unit_env, "--name", "n", "--port", "1234")
     assert r.exit_code == 1 and "--force" in " ".join(r.stderr.split())
     assert install(unit_env, "--name", "n", "--port", "1234", "--force").exit_code == 0
-    assert "--port 1234" in " ".join(exec_start((unit_env["dir"] / "buun-n.service").read_text()))
+    assert saved("n")["port"] == 1234
 
 
 def test_an_api_key_is_never_written(unit_env: dict) -> None:
@@ -105,7 +121,7 @@ def test_an_api_key_is_never_written(unit_env: dict) -> None:
 
 def test_a_hub_token_is_never_written(unit_env: dict) -> None:
     r = install(unit_env, "--name", "k", "--", "-hft", "hf_sekrit")
-    assert r.exit_code == 2 and "-hft after `--` would be written into the unit file" in " ".join(r.stderr.split())
+    assert r.exit_code == 2 and "-hft after `--` cannot reach the unit" in " ".join(r.stderr.split())
     assert not (unit_env["dir"] / "buun-k.service").exists()
 
 
@@ -114,8 +130,7 @@ def test_an_open_unit_without_key_is_refused_unless_no_api_key(unit_env: dict) -
     assert r.exit_code == 2 and "--no-api-key" in " ".join(r.stderr.split())
     assert not (unit_env["dir"] / "buun-o.service").exists()
     assert install(unit_env, "--name", "o", "--host", "0.0.0.0", "--no-api-key").exit_code == 0
-    argv = exec_start((unit_env["dir"] / "buun-o.service").read_text())
-    assert "--no-api-key" in argv  # the unit's `buun serve` would refuse without it
+    assert saved("o")["no_api_key"] is True  # the unit's launch would refuse without it
 
 
 def test_uninstall(unit_env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,6 +138,7 @@ def test_uninstall(unit_env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     assert install(unit_env, "--name", "u").exit_code == 0
     r = CliRunner().invoke(app, ["service", "uninstall", "u"])
     assert r.exit_code == 0 and not (unit_env["dir"] / "buun-u.service").exists()
+    assert not Instance("u").service_spec_file.exists()
     assert CliRunner().invoke(app, ["service", "uninstall", "u"]).exit_code == 2
 
 
@@ -132,10 +148,66 @@ def test_exec_start_quoting(arg: str, quoted: str) -> None:
     assert service.quote(arg) == quoted
 
 
+def test_the_unit_serves_the_recipe_models_from_the_folder_resolved_at_install(
+        unit_env: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --model/--draft the unit runs the recipe's models from the folder this command
+    resolved (option or BUUN_MODELS_DIR), not whatever its environment says later."""
+    from buun_tool import convert, pull, recipes
+
+    models = tmp_path / "models"
+    lay = pull.layout(recipes.load(), models)
+    for f in (lay.target_gguf, lay.drafter_gguf(), convert.provenance_path(lay.drafter_gguf())):
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(b"GGUF")
+    by_option = CliRunner().invoke(app, ["service", "install", "--name", "opt", "--models-dir", str(models)])
+    monkeypatch.setenv("BUUN_MODELS_DIR", str(models))
+    by_env = CliRunner().invoke(app, ["service", "install", "--name", "env"])
+    for name, r in (("opt", by_option), ("env", by_env)):
+        assert r.exit_code == 0, r.output
+        spec = saved(name)
+        assert (spec["models_dir"], spec["target"], spec["draft"]) == (str(models), str(lay.target_gguf),
+                                                                       str(lay.drafter_gguf()))
+
+
+def _unit_env(unit: str) -> dict[str, str]:
+    """The unit's Environment= lines (plain paths and values here: nothing to unescape but %%)."""
+    out = {}
+    for line in unit.splitlines():
+        if line.startswith('Environment="'):
+            key, value = line[len('Environment="'):-1].split("=", 1)
+            out[key] = value.replace("%%", "%")
+    return out
+
+
+@pytest.mark.slow
+def test_the_unit_runs_its_launch_as_systemd_would(buun: Buun, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unit's ExecStart, with its environment and folder, serves the saved launch; SIGTERM (what
+    KillMode=mixed sends the supervisor on `systemctl stop`) stops it, leaving nothing behind."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    port = free_port()
+    buun("service", "install", *buun.launch_args("svc", port, extra=TEST_FLAGS), check=True)
+    unit = (tmp_path / "xdg" / "systemd" / "user" / "buun-svc.service").read_text()
+    proc = subprocess.Popen(exec_start(unit), env={**os.environ, **_unit_env(unit)}, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        buun.wait_state("svc", lambda r: r["state"] == "ready")
+        assert chat(port).status_code == 200
+        assert Instance("svc").read_spec()["port"] == port  # the running launch, as `buun status` reads it
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, proc.stdout.read() if proc.stdout else ""
+    finally:
+        proc.kill()
+        proc.wait()
+    assert buun.record("svc")["state"] == "stopped" and not buun.ours()
+
+
 def test_the_tree_budget_reaches_the_unit(unit_env: dict) -> None:
+    """--tree-budget is resolved into the launch the unit runs, not written into ExecStart."""
     assert install(unit_env, "--name", "t", "--tree-budget", "22").exit_code == 0
-    argv = exec_start((unit_env["dir"] / "buun-t.service").read_text())
-    assert argv[argv.index("--tree-budget") + 1] == "22"
+    flags = dict(saved("t")["flags"])
+    assert (flags["--spec-tree-budget"], flags["--spec-tree-k"]) == ("22", "8")
+    assert "--tree-budget" not in exec_start((unit_env["dir"] / "buun-t.service").read_text())
     r = install(unit_env, "--name", "u", "--tree-budget", "99")  # refused before a unit is written
     assert r.exit_code == 2 and "more than -ub 64" in " ".join(r.stderr.split())
     assert not (unit_env["dir"] / "buun-u.service").exists()

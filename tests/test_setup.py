@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,9 +21,9 @@ import pytest
 import requests
 import yaml
 
-from buun_tool import build, pull, recipes
+from buun_tool import build, paths, pull, recipes
 from buun_tool.server import control
-from buun_tool.server.instance import all_instances
+from buun_tool.server.instance import Instance, all_instances
 from buun_tool.server.process import free_port
 from tests.hub_server import FakeHub
 from tests.tiny_models import DRAFTER_REPO, write_recipe
@@ -55,7 +56,7 @@ def ran(proc: subprocess.CompletedProcess[str], stage: str) -> bool:
 
 
 def skipped(proc: subprocess.CompletedProcess[str], stage: str) -> bool:
-    return f"{stage}: done (inputs unchanged), skipped" in proc.stderr
+    return f"{stage}: current, skipped (" in proc.stderr
 
 
 def assert_every_stage_has_a_result_line(stderr: str) -> None:
@@ -68,7 +69,7 @@ def assert_every_stage_has_a_result_line(stderr: str) -> None:
                     for m in re.finditer("^(" + "|".join(map(re.escape, headers)) + ")", stderr, re.M))
     segments = {name: stderr[a:b] for (a, name), (b, _) in zip(starts, [*starts[1:], (len(stderr), "")], strict=True)}
     for stage in STAGES:
-        if f"{stage.name}: done (inputs unchanged), skipped" in stderr:
+        if f"{stage.name}: current, skipped (" in stderr:
             continue
         assert re.search(r"^ok ", segments.get(stage.name, ""), re.M), (stage.name, segments.get(stage.name))
 
@@ -111,7 +112,7 @@ def test_interrupted_conversion_resumes(setup_env: tuple[Path, int]) -> None:
     os.killpg(proc.pid, signal.SIGKILL)  # power loss: setup and the converter die at once
     proc.wait()
     recipe = recipes.load_file(recipe_file)
-    final = pull.layout(recipe).drafter_gguf()
+    final = pull.layout(recipe, paths.models_dir()).drafter_gguf()
     assert not final.exists()  # nothing half-written under the final name
 
     again = run_setup(recipe_file, port)
@@ -159,7 +160,7 @@ def test_dry_run_changes_nothing(setup_env: tuple[Path, int]) -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     assert "to download" in out.stdout and "server command:" in out.stdout and "--spec-type dflash" in out.stdout
     recipe = recipes.load_file(recipe_file)
-    assert not pull.layout(recipe).target_gguf.exists()
+    assert not pull.layout(recipe, paths.models_dir()).target_gguf.exists()
     assert not all_instances()
 
 
@@ -193,9 +194,8 @@ def test_dry_run_shows_what_would_really_run(setup_env: tuple[Path, int]) -> Non
         assert rows[stage][0] == "skip", (stage, out.stdout)
     # skipped when the tree is as `make dev` built it (a developer's uncommitted edits make it run)
     if CPU:
-        want = ("skip", "build llama.cpp for the CPU: up to date") if build.up_to_date(build.plan(cpu=True)) \
-            else ("run", "build llama.cpp for the CPU")
-        assert rows["build"] == want
+        want = "skip" if build.stage_status(build.plan(cpu=True)).current else "run"
+        assert rows["build"] == (want, "build llama.cpp for the CPU")
     assert "to download" not in out.stdout  # nothing to fetch: no sizes asked of the Hub
     # --cpu: the CPU build and a server that offloads nothing
     cpu = run_setup(recipe_file, port, "--dry-run", "--cpu").stdout
@@ -223,7 +223,7 @@ def test_the_patch_stage_prints_its_result(fake_project, capsys: pytest.CaptureF
     patches.reverse()
     stage = next(s for s in setup.STAGES if s.name == "patch")
     recipe_file = Path(__file__).resolve().parent.parent / "recipes" / "qwen3.5-27b-dflash.yaml"
-    ctx = setup.Context(recipes.load_file(recipe_file))  # the checkout's: BUUN_ROOT is the fake one
+    ctx = setup.Context(recipes.load_file(recipe_file), paths.models_dir())  # the checkout's: BUUN_ROOT is the fake one
     capsys.readouterr()
     stage.run(ctx)
     assert "applied 1 of 1 patch(es): 0001-arg-a-change.patch" in capsys.readouterr().err
@@ -234,3 +234,63 @@ def test_refuses_without_yes_when_not_interactive(setup_env: tuple[Path, int]) -
     cmd = [sys.executable, "-m", "buun_tool", "setup", "--recipe-file", str(recipe_file), "--cpu", "--port", str(port)]
     out = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
     assert out.returncode == 2 and "--yes" in out.stderr
+
+
+def _serve_until_ready(recipe_file: Path, name: str, *options: str, env: dict[str, str] | None = None) -> dict:
+    """`buun serve RECIPE` in the foreground, with no model path: one completion once it is ready,
+    then Ctrl-C. Returns the launch spec it ran."""
+    port = free_port()
+    offload = ["--", "-ngl", "0", "-ngld", "0"] if CPU else []  # as `buun setup --cpu` serves
+    cmd = [sys.executable, "-m", "buun_tool", "serve", str(recipe_file), "--name", name, "--port", str(port),
+           *options, *offload]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+    inst = Instance(name)
+    try:
+        deadline = time.monotonic() + 300
+        while (r := inst.read()) is None or r.state.value != "ready":
+            assert proc.poll() is None, f"buun serve exited {proc.returncode}: {proc.communicate()[1][-3000:]}"
+            assert time.monotonic() < deadline, "buun serve did not get ready in 300 s"
+            time.sleep(0.2)
+        reply = requests.post(f"http://127.0.0.1:{port}/completion", json={"prompt": "hi", "n_predict": 4},
+                              timeout=60)
+        assert reply.status_code == 200
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    spec = inst.read_spec()
+    assert spec is not None
+    return spec
+
+
+def test_one_models_folder_from_setup_to_serve_and_restart(setup_env: tuple[Path, int], tmp_path: Path) -> None:
+    """`buun setup --models-dir X`, then a plain `buun serve --models-dir X` and `buun serve` with
+    BUUN_MODELS_DIR=X both serve the models setup made there; `buun restart --models-dir Y` serves
+    a copy of them from Y."""
+    recipe_file, port = setup_env
+    recipe = recipes.load_file(recipe_file)
+    models = tmp_path / "elsewhere" / "models"
+    first = run_setup(recipe_file, port, "--models-dir", str(models))
+    assert first.returncode == 0, first.stderr[-3000:]
+    made = pull.layout(recipe, models)
+    assert made.target_gguf.is_file() and made.drafter_gguf().is_file()
+    assert not paths.models_dir().exists()  # nothing went to the default folder
+    _buun("stop", "--all")
+
+    by_option = _serve_until_ready(recipe_file, "by-option", "--models-dir", str(models))
+    by_env = _serve_until_ready(recipe_file, "by-env", env={"BUUN_MODELS_DIR": str(models)})
+    for spec in (by_option, by_env):
+        assert (spec["target"], spec["draft"]) == (str(made.target_gguf), str(made.drafter_gguf()))
+        assert spec["models_dir"] == str(models)
+
+    copy = tmp_path / "copy"
+    shutil.copytree(models, copy)
+    _buun("restart", "by-option", "--models-dir", str(copy))  # a stopped instance, from another folder
+    try:
+        spec = Instance("by-option").read_spec()
+        assert spec is not None and spec["draft"] == str(pull.layout(recipe, copy).drafter_gguf())
+        assert control.status(Instance("by-option")).state == "ready"
+    finally:
+        _buun("stop", "by-option")

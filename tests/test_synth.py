@@ -57,16 +57,16 @@ class TestFiles:
 
     def test_metadata_follows_the_recipe(self, small) -> None:
         r, target, drafter = small
-        geo = r.geometry_for("tiny")
+        geo = r.geometry_at("tiny")
         assert _field(target, "general.architecture") == "qwen35"
-        assert _field(target, "qwen35.block_count") == geo["target"]["num_hidden_layers"]
-        assert _field(target, "qwen35.embedding_length") == geo["target"]["hidden_size"]
-        assert _field(target, "qwen35.ssm.time_step_rank") == geo["target"]["linear_num_value_heads"]
+        assert _field(target, "qwen35.block_count") == geo.target.num_hidden_layers
+        assert _field(target, "qwen35.embedding_length") == geo.target.hidden_size
+        assert _field(target, "qwen35.ssm.time_step_rank") == geo.target.linear_num_value_heads
         assert _field(drafter, "general.architecture") == "dflash"
         # upstream stores HF target_layer_ids + 1 (the loader reads layer inputs)
-        assert _field(drafter, "dflash.target_layers") == [i + 1 for i in geo["drafter"]["target_layer_ids"]]
-        assert _field(drafter, "dflash.block_size") == geo["drafter"]["block_size"]
-        assert _field(drafter, "tokenizer.ggml.mask_token_id") == geo["drafter"]["mask_token_id"]
+        assert _field(drafter, "dflash.target_layers") == [i + 1 for i in geo.drafter.target_layer_ids]
+        assert _field(drafter, "dflash.block_size") == geo.drafter.block_size
+        assert _field(drafter, "tokenizer.ggml.mask_token_id") == geo.drafter.mask_token_id
         assert "token_embd.weight" not in {t.name for t in drafter.tensors}
 
     def test_special_tokens_follow_the_recipe_ids(self, small) -> None:
@@ -79,9 +79,8 @@ class TestFiles:
         assert "<|im_start|>" in _field(target, "tokenizer.chat_template")
 
     def test_real_qwen_special_ids_in_the_recipe_vocabulary(self) -> None:
-        geo = recipes.load().geometry_for("tiny")
-        v = synth.build_vocab(geo["target"]["vocab_size"], geo["target"]["eos_token_id"],
-                              geo["drafter"]["mask_token_id"])
+        geo = recipes.load().geometry_at("tiny")
+        v = synth.build_vocab(geo.target.vocab_size, geo.target.eos_token_id, geo.drafter.mask_token_id)
         assert (v.tokens[248044], v.tokens[248045], v.tokens[248046], v.tokens[248070]) == (
             "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>")
         assert len(v.tokens) == len(set(v.tokens)) == 248320
@@ -166,9 +165,9 @@ class TestGeometry:
         assert 0.9e9 < plan.drafter.tensor_bytes < 1.05e9
         assert {t.name: t.ne for t in plan.drafter.tensors}["fc.weight"] == (5 * 5120, 5120)
 
-    def test_mismatched_hidden_sizes_are_refused(self, tmp_path: Path) -> None:
-        with pytest.raises(UsageError, match="drafter.hidden_size"):
-            synth.plan_pair(_recipe_variant(tmp_path, hidden_size=512), "tiny")
+    def test_mismatched_hidden_sizes_are_refused_when_the_recipe_loads(self, tmp_path: Path) -> None:
+        with pytest.raises(UsageError, match=r"geometry\.tiny\.drafter\.hidden_size: expected geometry\.tiny\.target"):
+            _recipe_variant(tmp_path, hidden_size=512)
 
     def test_unknown_type_names_the_valid_ones(self) -> None:
         with pytest.raises(UsageError, match="q4_k_m"):
@@ -182,6 +181,12 @@ class TestCli:
         info = json.loads(res.stdout)
         assert info["target"]["arch"] == "qwen35" and info["drafter"]["tensors"] == 58
         assert list(tmp_path.iterdir()) == []
+
+    def test_writes_into_the_models_folder_by_default(self, tmp_path: Path) -> None:
+        res = CliRunner().invoke(app, ["synth", "--scale", "tiny", "--models-dir", str(tmp_path), "--json"])
+        assert res.exit_code == 0, res.output
+        files = json.loads(res.stdout)["files"]
+        assert Path(files["target"]).parent == tmp_path / "synthetic" and Path(files["drafter"]).is_file()
 
     def test_writes_the_pair(self, tmp_path: Path) -> None:
         res = CliRunner().invoke(app, ["synth", "--scale", "tiny", "--out", str(tmp_path), "--json"])

@@ -1,6 +1,7 @@
 """`buun doctor`, `buun vendor`, `buun patch`, `buun build`: from nothing to llama.cpp binaries.
 
-    buun doctor [--json] [--cpu]         check the machine (non-zero exit when a required check fails)
+    buun doctor [--json] [--cpu] [--models-dir DIR]
+                                         check the machine (non-zero exit when a required check fails)
     buun vendor [--from-archive FILE]    fetch the pinned llama.cpp into vendor/llama.cpp
     buun vendor --archive FILE           write a trimmed source archive for offline machines
     buun patch [--check|--status|--reverse]   apply / dry-run / show / remove the patch series
@@ -17,9 +18,10 @@ from rich.table import Table
 from rich.text import Text
 
 from buun_tool import build as build_stage
-from buun_tool import console, patches, recipes
+from buun_tool import console, patches, paths, recipes
 from buun_tool import doctor as doctor_stage
 from buun_tool import vendor as vendor_stage
+from buun_tool.cli.options import ModelsDirOpt
 from buun_tool.errors import Exit, UsageError
 
 _STATUS_STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "applied": "green", "pending": "yellow",
@@ -30,9 +32,10 @@ def doctor(
     recipe: str = typer.Argument(None, help="Recipe whose disk needs are checked (default: qwen3.5-27b-dflash)."),
     json_out: bool = typer.Option(False, "--json", help="Print the checks as JSON."),
     cpu: bool = typer.Option(False, "--cpu", help="Plan a CPU build: a missing CUDA toolkit is not a failure."),
+    models_dir: ModelsDirOpt = None,
 ) -> None:
-    """Check the OS, GPU, toolchain, disk and the vendor/patch/build state."""
-    checks = doctor_stage.run_checks(recipes.load(recipe), cpu_only=cpu)
+    """Check the OS, GPU, toolchain, disk (where the models go) and the vendor/patch/build state."""
+    checks = doctor_stage.run_checks(recipes.load(recipe), paths.models_dir(models_dir), cpu_only=cpu)
     if json_out:
         console.print_json(doctor_stage.to_json(checks))
     else:

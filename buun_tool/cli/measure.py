@@ -32,6 +32,7 @@ import typer
 from rich.table import Table
 
 from buun_tool import bench, bench_configs, build, chart, compare, console, fit, patches, paths, recipes, report, synth
+from buun_tool.cli.options import ModelsDirOpt
 from buun_tool.errors import NotReadyError, UsageError
 
 RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file (default: qwen3.5-27b-dflash).",
@@ -43,10 +44,6 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON 
 # --rollback's values; typer refuses any other by name (the environment's is checked by patches)
 Rollback = Enum("Rollback", {name: name for name in patches.ROLLBACKS}, type=str)
 Against = Enum("Against", {"upstream": "upstream"}, type=str)  # bench --against: the builds beside buun's
-
-
-def _synth_dir() -> Path:
-    return paths.synthetic_models_dir()
 
 
 def _default_scale(scale: str | None) -> str:
@@ -71,6 +68,7 @@ def synth_cmd(
     recipe: RecipeArg = None,
     out: Annotated[Path | None, typer.Option("--out", help="Folder for the GGUFs (default: <models>/synthetic).",
                                              show_default=False)] = None,
+    models_dir: ModelsDirOpt = None,
     scale: Annotated[str, typer.Option("--scale", help="full (~16.5 GB + 1 GB) or tiny (~100 MB).")] = "full",
     seed: Annotated[int, typer.Option("--seed", help="Same seed, same bytes.")] = 0,
     target_type: Annotated[str, typer.Option("--target-type", help=f"One of {', '.join(synth.TARGET_TYPES)}.")
@@ -85,7 +83,7 @@ def synth_cmd(
     plan = synth.plan_pair(r, scale, target_type, draft_type, seed)
     info = {"target": synth.summary(plan.target), "drafter": synth.summary(plan.drafter)}
     if not dry_run:
-        out_dir = out or _synth_dir()
+        out_dir = out or paths.synthetic_models_dir(paths.models_dir(models_dir))
         t0 = time.monotonic()
         files = synth.write_pair(r, out_dir, scale, seed, target_type, draft_type)
         info["files"] = {"target": str(files[0]), "drafter": str(files[1])}
@@ -110,12 +108,12 @@ def synth_cmd(
 
 # --- bench -----------------------------------------------------------------------------------
 
-def _bench_models(r: recipes.Recipe, target: Path | None, drafter: Path | None, scale: str | None
-                  ) -> tuple[Path, Path | None, str]:
+def _bench_models(r: recipes.Recipe, target: Path | None, drafter: Path | None, scale: str | None,
+                  models: Path) -> tuple[Path, Path | None, str]:
     if target:
         return target, drafter, f"models: {target.name}" + (f" + {drafter.name}" if drafter else "")
     s = _default_scale(scale)
-    t, d = synth.write_pair(r, _synth_dir(), scale=s)
+    t, d = synth.write_pair(r, paths.synthetic_models_dir(models), scale=s)
     return t, d, f"synthetic {s} models (random weights)"
 
 
@@ -126,6 +124,7 @@ def bench_cmd(
     drafter: Annotated[Path | None, typer.Option("--drafter", help="DFlash drafter GGUF.", show_default=False)
                        ] = None,
     scale: ScaleOpt = None,
+    models_dir: ModelsDirOpt = None,
     url: Annotated[str | None, typer.Option("--url", help="Benchmark this running llama-server instead.",
                                             show_default=False)] = None,
     suite: Annotated[str, typer.Option("--suite", help="Comma-separated: code, math, prose.")] = "code,math,prose",
@@ -198,14 +197,15 @@ def bench_cmd(
                          "leave out --url (the synthetic pair is the default), or --tree-budget")
     budgets = bench_configs.tree_budgets(tree_budget) if tree_budget is not None else []
     r = recipes.load(recipe)
+    models = paths.models_dir(models_dir)
     overrides = bench_configs.common(ctx, draft_max, host_sampling, shlex.split(server_args))
-    trees = bench_configs.tree_configs(budgets, r, overrides)  # a tree that cannot be served: before the models
+    trees = bench_configs.tree_configs(budgets, r, overrides, models)  # a tree that cannot be served: before the models
     cfgs = bench_configs.configs(not no_ar, synthetic_al, trees)
     alone = bench_configs.without_twin(cfgs) if against else []
     if alone:
         console.warn(f"--against upstream: {', '.join(c.name for c in alone)} run on buun's build only "
                      "(upstream llama.cpp has no tree verification)")
-    t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale)
+    t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale, models)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = out or paths.bench_dir() / stamp
     forced = bool(synthetic_al or trees)
@@ -213,8 +213,8 @@ def bench_cmd(
         target=t, drafter=d, url=url, suites=_csv(suite, bench.SUITES, "--suite"),
         modes=_csv(mode, bench.MODES, "--mode"), prompts=prompts or None, n_predict=n_predict, repeats=repeats,
         recipe=r, configs=bench_configs.against_upstream(cfgs) if against else cfgs, overrides=overrides,
-        out_dir=out_dir, load_timeout=load_timeout, models_note=note + (", acceptance forced" if forced else ""),
-        bandwidth_gbs=bandwidth_gbs)
+        models_dir=models, out_dir=out_dir, load_timeout=load_timeout,
+        models_note=note + (", acceptance forced" if forced else ""), bandwidth_gbs=bandwidth_gbs)
     if report_:
         chart.require()  # before the servers run, not after: the report is what was asked for
     if not forced and t is not None and target is None:
@@ -335,11 +335,16 @@ def fit_cmd(
     measure_: Annotated[bool, typer.Option("--measure", help="Also load the synthetic pair in the real "
                                            "llama-server and read what it allocates.")] = False,
     scale: ScaleOpt = None,
+    models_dir: ModelsDirOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Predict GPU memory by component; say whether it fits, the largest context, and what makes it fit."""
+    """Predict GPU memory by component; say whether it fits, the largest context, and what makes it fit.
+
+    The weights are those of the recipe's GGUFs in the models folder once pulled and converted,
+    else the exact tensor list of its geometry; --measure loads the synthetic pair from there."""
     rollback_name = rollback.value if rollback else patches.rollback_from_env()
     r = recipes.load(recipe)
+    models = paths.models_dir(models_dir)
     base = fit.flags_from_recipe(r)
     kv = ctk or base.cache_type_k
     flags = replace(base, ctx=ctx or base.ctx, cache_type_k=kv, cache_type_v=ctv or (kv if ctk else base.cache_type_v),
@@ -350,14 +355,14 @@ def fit_cmd(
                     fit.check_tree_budget(tree_budget, "--tree-budget"))
     fit.check_tree(flags)
     gpu_gib = gpu_mem or _default_gpu_gib()
-    weights = fit.default_weights(r)
+    weights = fit.default_weights(r, models)
     pred = fit.predict(r, flags, weights=weights)
     report = {"gpu_gib": gpu_gib, "margin_gib": margin, "fits": fit.fits(pred, gpu_gib, margin),
               "max_ctx": fit.max_context(r, flags, gpu_gib, margin, weights=weights),
               "prediction": pred.to_json(), "weights": weights.source,
               "knobs": fit.knobs(r, flags, gpu_gib, margin, weights=weights),
               "tree_extra": _tree_extra(r, flags, weights)}
-    measured, compared = _measure(r, flags, scale) if measure_ else (None, None)
+    measured, compared = _measure(r, flags, scale, models) if measure_ else (None, None)
     if json_out:
         report["knobs"] = [{"change": k.change, "total_gib": k.total_bytes / fit.GIB, "max_ctx": k.max_ctx}
                            for k in report["knobs"]]
@@ -379,11 +384,11 @@ def _tree_extra(r: recipes.Recipe, flags: fit.FitFlags, weights: fit.Weights) ->
     return {"budget": flags.tree_budget, "bytes": sum(extra.values()), "by_component": extra}
 
 
-def _measure(r: recipes.Recipe, flags: fit.FitFlags, scale: str | None
+def _measure(r: recipes.Recipe, flags: fit.FitFlags, scale: str | None, models: Path
              ) -> tuple[fit.Measurement, fit.Prediction]:
     """The real llama-server's buffers, and the prediction for exactly what was loaded."""
     s = _default_scale(scale)
-    measured = fit.measure(r, flags, _synth_dir(), paths.state_dir() / "fit", scale=s)
+    measured = fit.measure(r, flags, paths.synthetic_models_dir(models), paths.state_dir() / "fit", scale=s)
     weights = fit.weights_from_plan(r, s, "q4_k_m", "q4_k")
     return measured, fit.predict(r, measured.flags, scale=s, weights=weights, cuda=bool(build.detect_gpus()))
 

@@ -20,13 +20,12 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from buun_tool import console, recipes
+from buun_tool import console, paths, recipes
+from buun_tool.cli.options import ModelsDirOpt
 from buun_tool.errors import UsageError
 
 RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file (default: qwen3.5-27b-dflash).",
                                                  show_default=False)]
-ModelsDirOpt = Annotated[Path | None, typer.Option(
-    "--models-dir", help="Where models live (default: BUUN_MODELS_DIR or ~/.local/share/buun/models).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 
 
@@ -55,7 +54,7 @@ def pull(
         if bad or not roles:
             raise UsageError(f"--only: unknown role(s) {', '.join(bad) or '(none)'}",
                              f"valid: {', '.join(pull_stage.ROLES)}")
-    result = pull_stage.pull(recipes.load(recipe), models_dir, roles=roles, verify=verify)
+    result = pull_stage.pull(recipes.load(recipe), paths.models_dir(models_dir), roles=roles, verify=verify)
     if json_out:
         console.print_json(result.to_json())
 
@@ -64,7 +63,7 @@ def drafter(recipe: RecipeArg = None, models_dir: ModelsDirOpt = None, json_out:
     """Copy the target's tokenizer files into the drafter folder and check the pair fits."""
     from buun_tool import drafter as drafter_stage
 
-    result = drafter_stage.prepare(recipes.load(recipe), models_dir)
+    result = drafter_stage.prepare(recipes.load(recipe), paths.models_dir(models_dir))
     if json_out:
         console.print_json(result.to_json())
 
@@ -80,7 +79,7 @@ def convert(
     """Convert the drafter to GGUF, quantize it to the recipe's type and verify it."""
     from buun_tool import convert as convert_stage
 
-    result = convert_stage.convert(recipes.load(recipe), models_dir, force=force,
+    result = convert_stage.convert(recipes.load(recipe), paths.models_dir(models_dir), force=force,
                                    keep_intermediate=not drop_intermediate)
     if json_out:
         console.print_json(result.to_json())

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from buun_tool import console, doctor, paths, recipes
 from buun_tool import setup as setup_stage
+from buun_tool.cli.options import ModelsDirOpt
 from buun_tool.errors import UsageError
 from buun_tool.server import command
 from buun_tool.server import spec as spec_mod
@@ -26,8 +27,7 @@ def setup(
     ctx: typer.Context,
     recipe: Annotated[str | None, typer.Argument(help="Recipe name (default: qwen3.5-27b-dflash).")] = None,
     recipe_file: Annotated[Path | None, typer.Option("--recipe-file", help="A recipe YAML file of your own.")] = None,
-    models_dir: Annotated[Path | None, typer.Option("--models-dir", help="Where models go (default: XDG data dir).")]
-    = None,
+    models_dir: ModelsDirOpt = None,
     cpu: Annotated[bool, typer.Option("--cpu", help="Build for the CPU (machines without a GPU, CI).")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and exit.")] = False,
@@ -47,8 +47,8 @@ def setup(
     # before any stage: an open bind without a key would only be refused at the last one
     flags = command.merge(command.recipe_flags(r.server_flags), command.parse_args(list(ctx.args)))
     command.check_exposure(host, flags, api_key, no_api_key)
-    context = setup_stage.Context(r, models_dir=models_dir, cpu=cpu, host=host, port=port, api_key=api_key,
-                                  no_api_key=no_api_key, extra=list(ctx.args))
+    context = setup_stage.Context(r, models_dir=paths.models_dir(models_dir), cpu=cpu, host=host, port=port,
+                                  api_key=api_key, no_api_key=no_api_key, extra=list(ctx.args))
     if dry_run:
         _print_plan(context)
         return

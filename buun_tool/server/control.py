@@ -1,9 +1,9 @@
-"""What the server commands do, below the CLI: start a detached supervisor, stop, restart, and
-gather an instance's status.
+"""What the server commands do, below the CLI: launch an instance (its supervisor in the
+foreground or detached), stop, restart, and gather an instance's status (a typed record).
 
 Whoever holds an instance's lock owns its state record: the supervisor while it lives, and
-`stop` when it cleans up after a supervisor that died. `start` takes the lock *before* it
-launches the supervisor and hands the locked fd down, so two starts cannot both launch.
+`stop` when it cleans up after a supervisor that died. `launch` takes the lock *before* anything
+starts and hands the locked fd down to a detached supervisor, so two launches cannot both run.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,9 @@ from buun_tool.fsutil import open_private
 from buun_tool.server import gpu, logfile, metrics, process
 from buun_tool.server.health import Probe, slots_summary
 from buun_tool.server.instance import Instance, all_instances, live
-from buun_tool.server.spec import API_KEY_ENV, LaunchSpec, check_exposure
+from buun_tool.server.spec import API_KEY_ENV, LaunchSpec, check_exposure, with_models_dir
 from buun_tool.server.state import Record, State
+from buun_tool.server.supervisor import Listener, Supervisor
 
 Progress = Callable[[str], None]
 # Each of `buun status`'s HTTP probes; they run at once, so a hung server answers within ~2 s.
@@ -69,11 +71,15 @@ def _instance_on_port(port: int, pid: int | None) -> str | None:
 
 # --- start -----------------------------------------------------------------------------------
 
-def start_detached(spec: LaunchSpec, api_key: str | None, wait: bool = True,
-                   progress: Progress | None = None) -> Record | None:
-    """Launch a supervisor in its own session (it outlives this process); with `wait`, return
-    once the server is ready, or raise the cause it failed with."""
-    check_exposure(spec, api_key)  # here too for setup and a restart from the saved spec
+def launch(spec: LaunchSpec, api_key: str | None, *, foreground: Listener | None = None, wait: bool = True,
+           progress: Progress | None = None) -> Record | None:
+    """Start an instance, the one way every command does: the launch's checks, the instance lock
+    (taken before anything starts, so two launches cannot both run) and the saved spec; then the
+    supervisor, in this process with `foreground` (`buun serve`, the systemd unit: returns when
+    it stops) or detached (`buun start`, restart, setup: with `wait`, returns once the server is
+    ready, or raises the cause it failed with)."""
+    check_exposure(spec, api_key)
+    spec.check_files()
     inst = Instance(spec.name)
     fd = inst.try_lock()
     if fd is None:
@@ -81,23 +87,29 @@ def start_detached(spec: LaunchSpec, api_key: str | None, wait: bool = True,
     try:
         check_port(spec)
         inst.write_spec(spec.to_json())
-        env = dict(os.environ)
-        env.pop(API_KEY_ENV, None)
-        if api_key:
-            env[API_KEY_ENV] = api_key
-        pkg_root = str(Path(buun_tool.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
-        with open_private(inst.supervisor_log) as out:
-            sup = subprocess.Popen(
-                [sys.executable, "-m", "buun_tool.server.supervisor", spec.name, "--lock-fd", str(fd)],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-                pass_fds=(fd,), start_new_session=True, cwd=pkg_root,
-            )
+        if foreground is not None:
+            Supervisor(spec, inst, api_key, foreground).run()
+            return inst.read()
+        sup = _spawn_supervisor(spec, inst, api_key, fd)
     finally:
-        os.close(fd)  # the supervisor holds the lock through its own copy of the fd
-    if not wait:
-        return None
-    return wait_for(inst, spec.run_id, sup, progress)
+        os.close(fd)  # a detached supervisor holds the lock through its own copy of the fd
+    return wait_for(inst, spec.run_id, sup, progress) if wait else None
+
+
+def _spawn_supervisor(spec: LaunchSpec, inst: Instance, api_key: str | None, fd: int) -> subprocess.Popen[bytes]:
+    """`python -m buun_tool.server.supervisor NAME --lock-fd FD` in a session of its own."""
+    env = dict(os.environ)
+    env.pop(API_KEY_ENV, None)
+    if api_key:
+        env[API_KEY_ENV] = api_key
+    pkg_root = str(Path(buun_tool.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+    with open_private(inst.supervisor_log) as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "buun_tool.server.supervisor", spec.name, "--lock-fd", str(fd)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+            pass_fds=(fd,), start_new_session=True, cwd=pkg_root,
+        )
 
 
 def wait_for(inst: Instance, run_id: str, sup: subprocess.Popen[bytes] | psutil.Process | None,
@@ -110,6 +122,8 @@ def wait_for(inst: Instance, run_id: str, sup: subprocess.Popen[bytes] | psutil.
         if r is not None and r.run_id == run_id:
             if r.state == State.READY and (server_not is None or (r.server and r.server.pid != server_not)):
                 return r
+            if r.state in (State.FAILED, State.STOPPED):  # final: the supervisor exits right after
+                _wait_gone(sup, 5.0)  # so that the command returns with no process of it left
             if r.state == State.FAILED:
                 err = r.error or {}
                 raise BuunError(err.get("message", "the server failed"), err.get("hint"),
@@ -125,6 +139,12 @@ def wait_for(inst: Instance, run_id: str, sup: subprocess.Popen[bytes] | psutil.
             raise BuunError(f"the supervisor of {inst.name} exited before the server was ready:\n    {tail}",
                             f"see {inst.supervisor_log} and `buun logs {inst.name}`")
         time.sleep(0.1)
+
+
+def _wait_gone(sup: subprocess.Popen[bytes] | psutil.Process | None, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while sup is not None and not _gone(sup) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _gone(sup: subprocess.Popen[bytes] | psutil.Process | None) -> bool:
@@ -198,58 +218,102 @@ def _policy_stop_timeout(inst: Instance) -> float | None:
 
 # --- restart ---------------------------------------------------------------------------------
 
-def restart(inst: Instance, api_key: str | None, progress: Progress | None = None) -> Record:
+def restart(inst: Instance, api_key: str | None, progress: Progress | None = None,
+            models_dir: Path | None = None) -> Record:
     """A live supervisor relaunches its server in place (SIGHUP: it keeps running under systemd
-    or a terminal); otherwise the saved spec is started again, detached."""
+    or a terminal); otherwise the saved spec is started again, detached. With `models_dir`, the
+    recipe's models come from that folder: a launch of its own, so a live supervisor is stopped
+    first and the spec saved with the new paths."""
     sup = _locking_supervisor(inst) if inst.is_locked() else None
     r = inst.read()
-    if sup is not None and r is not None:
+    data = inst.read_spec()
+    spec = LaunchSpec.from_json(data) if data is not None else None
+    if spec is not None and models_dir is not None and spec.models_dir != str(models_dir):
+        spec = with_models_dir(spec, models_dir)  # other files: a launch of its own, not a relaunch in place
+    elif sup is not None and r is not None:
         old = r.server.pid if r.server else None
         sup.send_signal(signal.SIGHUP)
         return wait_for(inst, r.run_id, sup, progress, server_not=old)
-    data = inst.read_spec()
-    if data is None:
+    if spec is None:
         raise UsageError(f"instance {inst.name} has never been started", "use `buun start` first")
-    spec = LaunchSpec.from_json(data)
+    key = api_key or os.environ.get(API_KEY_ENV)
+    check_exposure(spec, key)  # both before a running server is stopped for a launch that cannot start
+    spec.check_files()
+    if sup is not None:
+        stop(inst)
     spec.run_id = os.urandom(16).hex()
-    result = start_detached(spec, api_key or os.environ.get(API_KEY_ENV), True, progress)
+    result = launch(spec, key, progress=progress)
     assert result is not None
     return result
 
 
 # --- status ----------------------------------------------------------------------------------
 
-def status(inst: Instance, api_key: str | None = None) -> dict[str, Any]:
-    """Everything `buun status` shows, as JSON-ready data."""
+@dataclass
+class Probes:
+    """What the running server answered, each probe at once with a short timeout."""
+
+    health: str | None
+    slots: dict[str, Any] | None  # health.slots_summary
+    dflash: dict[str, Any] | None  # metrics.DflashStats, or {"error": ...}
+    gpu: dict[str, Any] | None  # gpu.memory_for
+    timeout_s: float = STATUS_PROBE_TIMEOUT_S
+
+
+@dataclass
+class InstanceStatus:
+    """What `buun status` shows of one instance; `to_json()` is its `--json` object (the record's
+    fields, then these)."""
+
+    name: str
+    state: State
+    running: bool  # a supervisor holds the instance lock
+    record: Record | None = None  # the supervisor's last record
+    stale: bool = False  # the record says running, but no supervisor holds the lock
+    server_pid: int | None = None
+    orphan: bool = False  # llama-server lives on without its supervisor: `buun stop` ends it
+    uptime_s: float | None = None  # this llama-server's
+    supervisor_uptime_s: float | None = None
+    endpoint: str | None = None
+    context: dict[str, Any] | None = None  # fit.ContextChoice: the -c it was launched with, and why
+    health_failures_allowed: int | None = None
+    probes: Probes | None = None  # a live server only
+
+    def to_json(self) -> dict[str, Any]:
+        out = self.record.to_json() if self.record else {}
+        out.update(name=self.name, state=self.state.value, running=self.running, stale=self.stale,
+                   server_pid=self.server_pid, orphan=self.orphan, uptime_s=self.uptime_s,
+                   supervisor_uptime_s=self.supervisor_uptime_s, endpoint=self.endpoint,
+                   model_files={"target": self.record.target, "draft": self.record.draft} if self.record else None,
+                   context=self.context, health_failures_allowed=self.health_failures_allowed)
+        if self.probes:
+            out.update(health=self.probes.health, slots=self.probes.slots, dflash=self.probes.dflash,
+                       gpu=self.probes.gpu, probe_timeout_s=self.probes.timeout_s)
+        return out
+
+
+def status(inst: Instance, api_key: str | None = None) -> InstanceStatus:
+    """Everything `buun status` shows of `inst`."""
     r = inst.read()
     running = inst.is_locked()
     if r is None:
-        return {"name": inst.name, "state": State.STOPPED.value, "running": running}
-    out = r.to_json()
-    out["running"] = running
-    if not running and r.state.running:
-        out["state"] = State.STOPPED.value
-        out["stale"] = True  # the record says running, but no supervisor holds the lock
+        return InstanceStatus(inst.name, State.STOPPED, running)
+    stale = not running and r.state.running
     server = live(r.server, "llama-server")
-    out["server_pid"] = server.pid if server else None
-    if server and not running:
-        out["orphan"] = True  # a server without supervisor: `buun stop` kills it
     now = time.time()
-    out["uptime_s"] = round(now - r.server_started_at, 1) if server and r.server_started_at else None
-    out["supervisor_uptime_s"] = round(now - r.started_at, 1) if running and r.started_at else None
     data = inst.read_spec()
     url = LaunchSpec.from_json(data).url if data else None
-    out["endpoint"] = url
-    out["model_files"] = {"target": r.target, "draft": r.draft}
-    if data:
-        out["health_failures_allowed"] = (data.get("policy") or {}).get("health_failures")
-        out["context"] = data.get("context")  # the -c it was launched with, and why
-    if server and url:
-        out.update(_probe_all(url, api_key or os.environ.get(API_KEY_ENV), server.pid))
-    return out
+    return InstanceStatus(
+        inst.name, State.STOPPED if stale else r.state, running, r, stale=stale,
+        server_pid=server.pid if server else None, orphan=bool(server and not running),
+        uptime_s=round(now - r.server_started_at, 1) if server and r.server_started_at else None,
+        supervisor_uptime_s=round(now - r.started_at, 1) if running and r.started_at else None,
+        endpoint=url, context=data.get("context") if data else None,
+        health_failures_allowed=(data.get("policy") or {}).get("health_failures") if data else None,
+        probes=_probe_all(url, api_key or os.environ.get(API_KEY_ENV), server.pid) if server and url else None)
 
 
-def _probe_all(url: str, api_key: str | None, pid: int) -> dict[str, Any]:
+def _probe_all(url: str, api_key: str | None, pid: int) -> Probes:
     """/health, /slots (or /props), /metrics and nvidia-smi at once, each with a short timeout, so
     a hung server costs `buun status` about STATUS_PROBE_TIMEOUT_S twice (/slots then /props), not
     the sum of every probe's wait."""
@@ -267,14 +331,10 @@ def _probe_all(url: str, api_key: str | None, pid: int) -> dict[str, Any]:
         gpu_mem = pool.submit(gpu.memory_for, pid, STATUS_PROBE_TIMEOUT_S * 2)
         code, text = metrics_text.result()
         stats = metrics.dflash_stats(metrics.parse(text)) if code == 200 else None
-        return {
-            "health": health.result(),
-            "slots": slots.result(),
-            "dflash": {"error": "needs the API key (--api-key or BUUN_API_KEY)"} if code == 401
-            else stats.to_json() if stats else None,
-            "gpu": gpu_mem.result(),
-            "probe_timeout_s": STATUS_PROBE_TIMEOUT_S,
-        }
+        return Probes(health.result(), slots.result(),
+                      {"error": "needs the API key (--api-key or BUUN_API_KEY)"} if code == 401
+                      else stats.to_json() if stats else None,
+                      gpu_mem.result())
 
 
 def resolve_name(name: str | None) -> Instance:

@@ -41,7 +41,8 @@ class Instance:
 
     lock_file = property(lambda self: self.dir / "lock")
     state_file = property(lambda self: self.dir / "state.json")
-    spec_file = property(lambda self: self.dir / "spec.json")
+    spec_file = property(lambda self: self.dir / "spec.json")  # the launch that runs (or ran) last
+    service_spec_file = property(lambda self: self.dir / "service.json")  # the launch its systemd unit runs
     log_file = property(lambda self: self.dir / "server.log")
     supervisor_log = property(lambda self: self.dir / "supervisor.log")
 
@@ -100,14 +101,25 @@ class Instance:
         write_json_atomic(self.state_file, record.to_json(), private=True)
 
     def read_spec(self) -> dict | None:
-        try:
-            return json.loads(self.spec_file.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
+        return _read_json(self.spec_file)
 
     def write_spec(self, data: dict) -> None:
         self.make_dir()
         write_json_atomic(self.spec_file, data, private=True)
+
+    def read_service_spec(self) -> dict | None:
+        return _read_json(self.service_spec_file)
+
+    def write_service_spec(self, data: dict) -> None:
+        self.make_dir()
+        write_json_atomic(self.service_spec_file, data, private=True)
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
 
 
 def all_instances() -> list[Instance]:

@@ -1,9 +1,13 @@
-"""A systemd user unit that runs the supervisor in the foreground (`buun serve ...`).
+"""A systemd user unit that runs the supervisor in the foreground on a saved launch spec.
 
-systemd then restarts the supervisor itself if it ever dies; the supervisor restarts
-llama-server. KillMode=mixed sends SIGTERM to the supervisor alone (it stops the server in
-order) and SIGKILL to whatever is left after TimeoutStopSec. The API key is never written into
-the unit: pass --api-key-file, which llama-server reads itself.
+`buun service install` resolves the launch as `buun start` would and saves the spec in the
+instance folder (service.json); the unit runs `python -m buun_tool.server.supervisor NAME --spec
+FILE`, which launches it the way `buun serve` does. No command-line option of buun is in the unit,
+so renaming one cannot break an installed unit; a spec written by another version of buun is
+refused with the command to run. systemd restarts the supervisor itself if it ever dies; the
+supervisor restarts llama-server. KillMode=mixed sends SIGTERM to the supervisor alone (it stops
+the server in order) and SIGKILL to whatever is left after TimeoutStopSec. No secret is saved:
+pass --api-key-file, which llama-server reads itself.
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import buun_tool
 from buun_tool import patches, paths
 from buun_tool.errors import BuunError, NotReadyError
+from buun_tool.server.instance import Instance
+from buun_tool.server.spec import LaunchSpec
 
 # Environment that decides where buun finds things; carried into the unit so the service sees
 # the same folders and binaries as the shell that installed it.
@@ -50,12 +56,12 @@ def _env_line(key: str, value: str) -> str:
     return f'Environment="{assignment}"'
 
 
-def serve_argv(serve_args: Sequence[str]) -> list[str]:
-    """`python -m buun_tool serve ...` with this interpreter: works from a checkout or an install."""
-    return [sys.executable, "-m", "buun_tool", "serve", *serve_args]
+def exec_argv(instance: str, spec_file: Path) -> list[str]:
+    """The supervisor on the saved spec, with this interpreter: works from a checkout or an install."""
+    return [sys.executable, "-m", "buun_tool.server.supervisor", instance, "--spec", str(spec_file)]
 
 
-def render(instance: str, serve_args: Sequence[str], stop_timeout: float, env: dict[str, str] | None = None) -> str:
+def render(instance: str, spec_file: Path, stop_timeout: float, env: dict[str, str] | None = None) -> str:
     env = dict(os.environ) if env is None else env
     pkg_root = Path(buun_tool.__file__).resolve().parent.parent
     lines = [
@@ -68,7 +74,7 @@ def render(instance: str, serve_args: Sequence[str], stop_timeout: float, env: d
         "Type=simple",
         f"WorkingDirectory={str(pkg_root).replace('%', '%%')}",
         *(_env_line(k, env[k]) for k in CARRIED_ENV if env.get(k)),
-        f"ExecStart={' '.join(quote(a) for a in serve_argv(serve_args))}",
+        f"ExecStart={' '.join(quote(a) for a in exec_argv(instance, spec_file))}",
         "ExecReload=/bin/kill -HUP $MAINPID",
         "KillMode=mixed",
         f"TimeoutStopSec={int(stop_timeout) + 15}",
@@ -84,11 +90,22 @@ def render(instance: str, serve_args: Sequence[str], stop_timeout: float, env: d
     return "\n".join(lines)
 
 
-def install(instance: str, serve_args: Sequence[str], stop_timeout: float, force: bool = False) -> Path:
-    path = unit_dir() / unit_name(instance)
-    text = render(instance, serve_args, stop_timeout)
-    if path.exists() and not force and path.read_text() != text:
+def _settings(spec: dict[str, Any]) -> dict[str, Any]:
+    """A saved spec without its run id (each launch gets its own)."""
+    return {k: v for k, v in spec.items() if k != "run_id"}
+
+
+def install(spec: LaunchSpec, force: bool = False) -> Path:
+    """Save the launch spec and write the unit that runs it; another unit or spec of the same
+    instance is only replaced with `force`."""
+    inst = Instance(spec.name)
+    path = unit_dir() / unit_name(spec.name)
+    text = render(spec.name, inst.service_spec_file, spec.policy.stop_timeout)
+    saved = inst.read_service_spec()
+    if not force and ((path.exists() and path.read_text() != text)
+                      or (saved is not None and _settings(saved) != _settings(spec.to_json()))):
         raise BuunError(f"{path} exists with other settings", "pass --force to overwrite it")
+    inst.write_service_spec(spec.to_json())
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
@@ -101,6 +118,7 @@ def uninstall(instance: str) -> Path | None:
     if shutil.which("systemctl"):
         subprocess.run(["systemctl", "--user", "disable", "--now", unit_name(instance)], capture_output=True)
     path.unlink()
+    Instance(instance).service_spec_file.unlink(missing_ok=True)
     return path
 
 

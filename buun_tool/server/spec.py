@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +21,20 @@ DEFAULT_PORT = 8080
 API_KEY_ENV = "BUUN_API_KEY"  # where buun itself takes the key from (besides --api-key)
 
 
-def default_paths(recipe: recipes.Recipe) -> tuple[Path, Path]:
+def default_paths(recipe: recipes.Recipe, models_dir: Path) -> tuple[Path, Path]:
     """Where the model pipeline puts the (target, drafter) GGUFs of `recipe`, made yet or not."""
-    lay = pull.layout(recipe)
+    lay = pull.layout(recipe, models_dir)
     return lay.target_gguf, lay.drafter_gguf()
 
 
-def default_models(recipe: recipes.Recipe) -> tuple[Path, Path]:
-    """The (target, drafter) GGUFs the model pipeline made for `recipe`."""
-    target = default_paths(recipe)[0]
+def default_models(recipe: recipes.Recipe, models_dir: Path) -> tuple[Path, Path]:
+    """The (target, drafter) GGUFs the model pipeline made for `recipe` in `models_dir`."""
+    target = default_paths(recipe, models_dir)[0]
     if not target.is_file():
         raise NotReadyError(f"the target model of {recipe.name} is not downloaded ({target})",
-                            f"run `buun pull {recipe.name}`, or pass --model TARGET.gguf --draft DRAFT.gguf")
-    return target, convert.require_converted(recipe)
+                            f"run `buun pull {recipe.name}` into this folder, pass --models-dir with the folder it "
+                            "went to, or --model TARGET.gguf --draft DRAFT.gguf")
+    return target, convert.require_converted(recipe, models_dir)
 
 
 @dataclass
@@ -80,6 +81,8 @@ class LaunchSpec:
     no_api_key: bool = False  # the user said to serve beyond loopback without a key (--no-api-key)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     context: dict[str, Any] | None = None  # fit.ContextChoice: the -c given and why
+    # the models folder target and draft come from; None when either was given by path (--model, --draft)
+    models_dir: str | None = None
 
     @property
     def argv(self) -> list[str]:
@@ -120,7 +123,7 @@ class LaunchSpec:
             raise problem
 
 
-def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | None = None,
+def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None, model: Path | None = None,
             draft: Path | None = None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
             extra: list[str] | None = None, drops: list[str] | None = None, api_key: str | None = None,
             no_api_key: bool = False, policy: Policy | None = None,
@@ -128,19 +131,22 @@ def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | No
     """A launch spec from a recipe and the command-line options; also the API key to give
     llama-server (`api_key`, which the CLI fills from --api-key or BUUN_API_KEY, else an
     `--api-key` after `--` or in the recipe). No secret flag stays in the spec's flags (see
-    command.SECRET_ENV). Without `need_models` the default models may still be missing (--print-cmd).
-    `tree_budget` (--tree-budget) replaces the recipe's server.tree.budget (with_tree)."""
+    command.SECRET_ENV). The target and draft not given by path are the recipe's in `models_dir`;
+    without `need_models` they may still be missing (--print-cmd). `tree_budget` (--tree-budget)
+    replaces the recipe's server.tree.budget (with_tree)."""
     from buun_tool.server.instance import check_name
 
     patches.rollback_from_env()  # llama-server would take a misspelt value for the tape without a word
     recipe = recipes.load(recipe_ref)
     resolved = launch_flags(recipe, command.parse_args(extra or []), drops or [], "the arguments after `--`",
-                            tree_budget)
+                            models_dir, tree_budget)
     flags, secrets, context = resolved.flags, resolved.secrets, resolved.context
     if not 0 < port < 65536:
         raise UsageError(f"--port {port}: expected 1..65535")
+    from_layout = model is None and draft is None
     if model is None or draft is None:
-        default_target, default_draft = default_models(recipe) if need_models else default_paths(recipe)
+        find = default_models if need_models else default_paths
+        default_target, default_draft = find(recipe, models_dir)
         model, draft = model or default_target, draft or default_draft
     spec = LaunchSpec(
         name=check_name(name or recipe.name), recipe=recipe.name, recipe_source=str(recipe.source),
@@ -148,6 +154,7 @@ def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | No
         target=str(Path(model).expanduser().resolve()), draft=str(Path(draft).expanduser().resolve()),
         host=host, port=port, flags=flags, recipe_flags=resolved.recipe_flags,
         policy=(policy or Policy()).validate(), no_api_key=no_api_key, context=context.to_json(),
+        models_dir=str(models_dir) if from_layout else None,
     )
     key_in_flags = secrets.pop("--api-key", None)
     # Other secrets (a Hub token) go where every llama-server launch of this process inherits them
@@ -158,6 +165,15 @@ def resolve(recipe_ref: str | None, *, name: str | None = None, model: Path | No
         raise UsageError("--no-api-key contradicts the API key given (--api-key, BUUN_API_KEY or the recipe)",
                          "leave out one of them")
     return spec, key
+
+
+def with_models_dir(spec: LaunchSpec, models_dir: Path) -> LaunchSpec:
+    """The same launch with the recipe's models taken from `models_dir` (`buun restart --models-dir`)."""
+    if spec.models_dir is None:
+        raise UsageError(f"{spec.name} serves models given by path (--model/--draft), not from a models folder",
+                         f"`buun stop {spec.name}`, then `buun start` with the models you want")
+    target, draft = default_paths(recipes.load(spec.recipe_source), models_dir)
+    return replace(spec, target=str(target.resolve()), draft=str(draft.resolve()), models_dir=str(models_dir))
 
 
 @dataclass(frozen=True)
@@ -171,11 +187,12 @@ class Flags:
 
 
 def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str], source: str,
-                 tree_budget: int | None = None) -> Flags:
+                 models_dir: Path, tree_budget: int | None = None) -> Flags:
     """The flags of every server buun runs for a recipe, `buun serve`'s and each `buun bench`
     configuration's: the recipe's, with `overrides` in the place of the recipe's flag of the same
     option (or added) and `drops` left out, secrets taken out, the tree's flags settled
-    (with_tree; a dropped --spec-tree-budget is the chain) and -c decided (with_context).
+    (with_tree; a dropped --spec-tree-budget is the chain) and -c decided (with_context, weighing
+    the models in `models_dir`).
     `source` names where the overrides came from, for the error of a flag buun sets itself."""
     base = command.recipe_flags(recipe.server_flags)
     command.check_unmanaged(base, f"the recipe {recipe.source}")
@@ -186,7 +203,7 @@ def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str]
     if command.TREE_BUDGET in {command.canonical(d) for d in drops}:
         tree_budget = 0  # no tree flag, not even the recipe's server.tree
     flags = with_tree(recipe, flags, overrides, tree_budget)
-    flags, context = with_context(recipe, flags, overrides)
+    flags, context = with_context(recipe, flags, overrides, models_dir)
     return Flags(flags, secrets, context, _kept(base, overrides))
 
 
@@ -195,12 +212,14 @@ def check_exposure(spec: LaunchSpec, api_key: str | None) -> None:
     command.check_exposure(spec.host, spec.flags, api_key, spec.no_api_key)
 
 
-def with_context(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag]
+def with_context(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag], models_dir: Path
                  ) -> tuple[list[Flag], fit.ContextChoice]:
     """The flags with -c decided (fit.choose_context): the command line's, the recipe's pinned
-    number, or the largest that fits the GPU here; in the recipe's place, or added."""
+    number, or the largest that fits the GPU here (weighing the models in `models_dir`); in the
+    recipe's place, or added."""
     choice = fit.choose_context(recipe, {n: True if v is None else v for n, v in flags},
-                                from_command_line=any(command.canonical(n) == "-c" for n, _ in overrides))
+                                from_command_line=any(command.canonical(n) == "-c" for n, _ in overrides),
+                                models_dir=models_dir)
     at = next((i for i, (n, _) in enumerate(flags) if command.canonical(n) == "-c"), None)
     if at is None:
         return [*flags, ("-c", str(choice.value))], choice

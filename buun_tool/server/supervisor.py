@@ -8,14 +8,16 @@ in another. Before the first `ready`, any failure is final and reported with its
 (bad flag, missing memory, port taken, no progress): retrying a launch that never worked only
 delays the error. After it, a failure is a crash, and the server is launched again.
 
-Run detached by `buun start` as `python -m buun_tool.server.supervisor NAME --lock-fd N`, or in
-the foreground by `buun serve` (and by the systemd unit).
+Run detached by `buun start` as `python -m buun_tool.server.supervisor NAME --lock-fd N`, in the
+foreground by `buun serve`, and by a systemd unit as `... NAME --spec FILE` (the launch spec
+`buun service install` saved), which launches it as `buun serve` does.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import queue
 import shlex
@@ -24,10 +26,12 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
-from buun_tool.errors import BuunError, Exit
+from buun_tool.errors import BuunError, Exit, NotReadyError
 from buun_tool.server import loglines, process
 from buun_tool.server.health import Probe
 from buun_tool.server.instance import Instance, ref_of
@@ -328,31 +332,53 @@ def spec_command(spec: LaunchSpec) -> list[str]:
     return mask(spec.argv)
 
 
-# --- detached entry point -------------------------------------------------------------------
+# --- entry point: `buun start`'s detached supervisor, and the systemd unit's ---------------------
+
+def _load_saved(path: Path) -> LaunchSpec:
+    """A launch spec saved by `buun service install`, or an error that says how to make it again."""
+    try:
+        return LaunchSpec.from_json(json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise NotReadyError(f"no saved launch spec at {path}", "run `buun service install` again") from None
+    except (json.JSONDecodeError, TypeError, KeyError, ValueError) as exc:
+        raise NotReadyError(f"the launch spec {path} is not one this buun reads ({exc})",
+                            "it was saved by another version of buun: run `buun service install --force` "
+                            "with the options you want") from None
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m buun_tool.server.supervisor",
-                                     description="Supervise one instance (started by `buun start`).")
+                                     description="Supervise one instance: detached for `buun start` (--lock-fd), "
+                                     "or in the foreground on a saved launch spec for its systemd unit (--spec).")
     parser.add_argument("name")
-    parser.add_argument("--lock-fd", type=int, required=True, help="inherited fd holding the instance lock")
+    how = parser.add_mutually_exclusive_group(required=True)
+    how.add_argument("--lock-fd", type=int, help="inherited fd holding the instance lock (buun start)")
+    how.add_argument("--spec", type=Path, help="launch this saved spec, as `buun serve` does (the systemd unit)")
     args = parser.parse_args(argv)
-    inst = Instance(args.name)
-    data = inst.read_spec()
-    if data is None:
-        print(f"no launch spec in {inst.spec_file}", file=sys.stderr)
-        return int(Exit.NOT_READY)
-    spec = LaunchSpec.from_json(data)
 
     def report(kind: str, message: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} {kind}: {message}", flush=True)
 
     try:
-        Supervisor(spec, inst, os.environ.get(API_KEY_ENV), report).run()
+        if args.spec is not None:
+            from buun_tool.server import control  # control imports this module
+
+            spec = _load_saved(args.spec)
+            spec.run_id = uuid.uuid4().hex
+            control.launch(spec, os.environ.get(API_KEY_ENV), foreground=report)
+            return 0
+        inst = Instance(args.name)
+        data = inst.read_spec()
+        if data is None:
+            print(f"no launch spec in {inst.spec_file}", file=sys.stderr)
+            return int(Exit.NOT_READY)
+        try:
+            Supervisor(LaunchSpec.from_json(data), inst, os.environ.get(API_KEY_ENV), report).run()
+        finally:
+            os.close(args.lock_fd)
     except BuunError as exc:
-        report("failed", str(exc))
+        report("failed", f"{exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
         return int(exc.exit_code)
-    finally:
-        os.close(args.lock_fd)
     return 0
 
 
