@@ -49,3 +49,33 @@ def test_every_token_of_a_tree_gets_its_paths_logits(llama_bin: Path, tiny_pair_
                     "a plain batch after a refused tree decodes"):
         assert re.search(rf"^{re.escape(refusal)}\s+ok$", out, re.M), out
     assert re.search(r"^\d+ passed, 0 failed$", out, re.M), out
+
+
+# patch 0029's flags: a bad value is refused when the arguments are read, saying what is expected
+BAD_TREE_FLAGS = [
+    (["--spec-tree-budget", "300"], "the tree budget must be within [0, 256]"),
+    (["--spec-tree-k", "0"], "the tree's candidates per depth must be within [1, 64]"),
+    (["--spec-synth-tree", "0.5:0.9"], "expected U:E1,E2,...:H1,H2,... (three fields separated by ':')"),
+    (["--spec-synth-tree", "2:0.9:0.3"], "'2' is not a number within [0, 1]"),
+    (["--spec-synth-tree", "0.5:0.9,0.2:0.3"], "the easy rates sum to more than 1"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_TREE_FLAGS)
+def test_bad_tree_flags_are_refused(llama_bin: Path, args: list[str], message: str) -> None:
+    r = subprocess.run([str(llama_bin / "llama-server"), *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert message in r.stdout + r.stderr
+
+
+@slow
+def test_a_tree_takes_the_tree_profile_not_a_chain_rate(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
+                                                      tmp_path: Path) -> None:
+    """A tree budget with --spec-synth-len (a chain's synthetic rate) would verify trees the rate
+    cannot describe: the server refuses to start and says which flag to use."""
+    target, drafter = tiny_pair_f32
+    r = subprocess.run([str(llama_bin / "llama-server"), "-m", str(target), "-md", str(drafter), "--spec-type",
+                        "dflash", "-np", "1", "-c", "1024", "--port", "0", "--spec-tree-budget", "22",
+                        "--spec-synth-len", "3"], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "a tree budget takes --spec-synth-tree" in r.stdout + r.stderr
