@@ -4,7 +4,7 @@
                                     random-weight GGUFs shaped exactly like the recipe's pair
     buun synth --dry-run            tensor counts and sizes, nothing written
     buun bench [RECIPE] [--synthetic-al 7.67 ... | --al-sweep] [--suite code,math,prose] [--mode raw,chat]
-               [--tree-budget 8,16,22,32] [--prompts N] [--n-predict N] [--repeats N]
+               [--tree-budget 8,16,22,32] [--concurrency 2,4] [--prompts N] [--n-predict N] [--repeats N]
                [--target T.gguf --drafter D.gguf | --url URL] [--report] [--bandwidth-gbs N]
                                     AR vs DFlash llama-servers: tok/s, TTFT, acceptance; JSON (+ PNG with matplotlib,
                                     + one self-contained HTML report with --report)
@@ -145,6 +145,10 @@ def bench_cmd(
         "--tree-budget", metavar="N,N,...", help="Sweep the DDTree budget: one DFlash server per budget and the "
         "chain (0), each with the calibrated synthetic tree profile (--spec-synth-tree; needs patch 0029): the "
         "report's tok/s and AL against the budget.", show_default=False)] = None,
+    concurrency: Annotated[str | None, typer.Option(
+        "--concurrency", metavar="N,N,...", help="Also send N requests at once to each AR and chain DFlash "
+        "configuration on a server of N slots: per-request and aggregate tok/s, against one slot and against "
+        "AR at N.", show_default=False)] = None,
     no_ar: Annotated[bool, typer.Option("--no-ar", help="Skip the autoregressive baseline.")] = False,
     against: Annotated[Against | None, typer.Option(
         "--against", help="Also run every configuration on unpatched llama.cpp (`buun build --upstream` builds "
@@ -199,15 +203,20 @@ def bench_cmd(
         raise UsageError("--tree-budget sweeps servers buun starts itself; --url measures one running server",
                          "leave out --url (the synthetic pair is the default), or --tree-budget")
     budgets = bench_configs.tree_budgets(tree_budget) if tree_budget is not None else []
+    levels = _levels(concurrency) if concurrency is not None else []
+    if levels and url:
+        raise UsageError("--concurrency starts servers of N slots itself; --url measures one running server",
+                         "leave out --url (the synthetic pair is the default), or --concurrency")
     r = recipes.load(recipe)
     models = paths.models_dir(models_dir)
     overrides = bench_configs.common(ctx, draft_max, host_sampling, shlex.split(server_args))
     trees = bench_configs.tree_configs(budgets, r, overrides, models)  # a tree that cannot be served: before the models
     cfgs = bench_configs.configs(not no_ar, synthetic_al, trees)
+    cfgs += bench_configs.concurrency_configs(levels, cfgs, ctx)
     alone = bench_configs.without_twin(cfgs) if against else []
     if alone:
         console.warn(f"--against upstream: {', '.join(c.name for c in alone)} run on buun's build only "
-                     "(upstream llama.cpp has no tree verification)")
+                     "(upstream llama.cpp has no tree verification, and its DFlash slots need patches 0032-0033)")
     t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale, models)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = out or paths.bench_dir() / stamp
@@ -228,6 +237,9 @@ def bench_cmd(
         console.print_json(result.to_json())
     else:
         console.out.print(bench.table(result))
+        several = bench.concurrency_table(result)
+        if several is not None:
+            console.out.print(several)
         for line in bench.per_position(result):
             console.info(f"acceptance by position: {line}")
     console.ok(f"results: {json_path}")
@@ -238,6 +250,15 @@ def bench_cmd(
         return
     if report_:
         console.ok(f"report: {report.write(result.to_json(), out_dir / 'report.html')}")
+
+
+def _levels(value: str) -> list[int]:
+    """--concurrency 2,4: requests at once, each level servers of that many slots."""
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items or not all(v.isdigit() and 1 <= int(v) <= recipes.MAX_SLOTS for v in items):
+        raise UsageError(f"--concurrency {value!r}: expected a comma-separated list of request counts, "
+                         f"1 to {recipes.MAX_SLOTS}", "for example --concurrency 4, or --concurrency 2,4,8")
+    return [int(v) for v in items]
 
 
 def _no_chart(exc: NotReadyError) -> None:

@@ -262,7 +262,10 @@ def with_slots(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag],
         raise UsageError("--slots and a -np after `--` both set the number of slots", "give one of them")
     given = [v for n, v in flags if command.canonical(n) == "-np"]
     n = slots if slots is not None else _slots_flag(given[-1]) if given else recipe.slots
-    current = fit.flags_from_server_flags({name: True if v is None else v for name, v in flags})
+    given_flags = {name: True if v is None else v for name, v in flags}
+    current = fit.flags_from_server_flags(given_flags)
+    if command.option(given_flags, "--spec-type") is None:  # no drafter (bench's AR): a token a slot
+        current = replace(current, draft_max=0)
     planned = fit.with_slots(recipe, current, n)
     out = [f for f in flags if command.canonical(f[0]) != "-np"] + [("-np", str(n))]
     if planned.ubatch <= min(current.ubatch, current.batch):
