@@ -22,7 +22,7 @@ attention on), following the pinned upstream's allocations:
 - the drafter's KV cache at its own context (-cd) or the target's.
 - the drafter's features: patch 0011 keeps the target's tapped layers of a verify on the device,
   n_embd x taps x rows f32, rows the block size or a tree's verify where that is wider, one such
-  verify per slot up to the ubatch (patch 0032: the slots verify in one batch).
+  verify per slot up to the ubatch (patch 0034: the slots verify in one batch).
 - compute buffers: formulas fitted to llama-server's reported sizes (CPU build, full and tiny
   synthetic models, several ubatch, context and n_max values; see _target_compute). A tree
   verifies budget + 1 tokens in one ubatch: its logits rows widen the target's buffer.
@@ -503,7 +503,7 @@ def slot_verify_rows(recipe: Recipe, f: FitFlags) -> int:
 
 def with_slots(recipe: Recipe, f: FitFlags, n: int) -> FitFlags:
     """The flags for n slots, with the ubatch (and batch) raised to hold every slot's verify: the
-    slots then verify in one target forward and keep their features on the device (patch 0032)."""
+    slots then verify in one target forward and keep their features on the device (patch 0034)."""
     check_slots(f, n)
     ub = max(f.ubatch, n * slot_verify_rows(recipe, f))
     return replace(f, n_parallel=n, ubatch=ub, batch=max(f.batch, ub))

@@ -306,7 +306,7 @@ class TestMeasured:
         fit.FitFlags(ctx=2048, draft_max=0, batch=2048, ubatch=512),
         # needs patch 0029's --spec-tree-budget: fails with a build before it
         fit.FitFlags(ctx=2048, draft_max=15, tree_budget=22),
-        # needs patch 0032: the features of a verify of four slots
+        # needs patch 0034: the features of a verify of four slots
         fit.FitFlags(ctx=4096, draft_max=15, n_parallel=4),
     ], ids=["dflash", "dflash-q8-np2", "ar", "dflash-tree22", "dflash-np4"])
     def test_prediction_matches_the_buffers(self, recipe, flags: fit.FitFlags, tiny_pair, llama_bin,

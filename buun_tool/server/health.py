@@ -92,7 +92,7 @@ def slots_summary(probe: Probe) -> dict[str, Any] | None:
 
 def slot_state(slot: dict[str, Any]) -> dict[str, Any]:
     """One slot of /slots: busy or idle, the tokens in its context, and its request's figures (the
-    running request's, an idle slot's last; `timings` is buun's patch 0033, absent upstream, when
+    running request's, an idle slot's last; `timings` is buun's patch 0035, absent upstream, when
     they stay None). With several slots /metrics sums them all: this is each user's own."""
     t = slot.get("timings") or {}
     drafted, accepted, steps = (int(t.get(k) or 0) for k in ("draft_n", "draft_n_accepted", "draft_n_steps"))
