@@ -5,6 +5,7 @@ server.command.server_argv).
 
     configs(ar=True, synthetic_al=[1.0, 7.67])   -> [ar, dflash-al1, dflash-al7.67]
     tree_configs([0, 8], recipe, common, models_dir) -> [dflash-tree0, dflash-tree8]   (--tree-budget)
+    concurrency_configs([4], configs, ctx)           -> [ar-c4, dflash-c4]   (--concurrency: 4 requests at once)
     against_upstream(configs)                    -> each, then its twin on upstream's build (none for a tree)
     argv(recipe, cfg, Models(...), binary, port, common, models_dir) -> the exact llama-server command
 
@@ -95,11 +96,12 @@ class ServerConfig:
     tree_budget: int | None = None  # a --tree-budget sweep's point (0: the chain), under the tree profile
     expected_al: float | None = None  # the profile's expected AL at that budget (treeprofile)
     build: str = "buun"  # whose llama-server runs it: buun's build, or "upstream" (`buun build --upstream`)
+    concurrency: int = 1  # requests in flight at once, on as many slots (--concurrency)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "label": self.label, "spec": self.spec, "synthetic_al": self.synthetic_al,
                 "tree_budget": self.tree_budget, "expected_al": self.expected_al,
-                "overrides": self.overrides.to_json(), "build": self.build}
+                "overrides": self.overrides.to_json(), "build": self.build, "concurrency": self.concurrency}
 
 
 AR = ServerConfig("ar", "AR", False, Overrides(drop=DRAFT_OPTIONS))
@@ -160,6 +162,26 @@ def configs(ar: bool, synthetic_al: list[float] | None, trees: Sequence[ServerCo
     return out if synthetic_al or trees else [*out, DFLASH]
 
 
+def at_once(cfg: ServerConfig, n: int, ctx: int = DEFAULT_CTX) -> ServerConfig:
+    """`cfg` on a server of n slots fed n requests at once: -np n and -c n times `ctx`, the context
+    one request has alone (spec.with_slots raises -ub to hold every slot's verify, as `buun serve
+    --slots` does)."""
+    sets = (("-np", str(n)), ("-c", str(ctx * n)))
+    return replace(cfg, name=f"{cfg.name}-c{n}", label=f"{cfg.label}, {n} at once",
+                   overrides=cfg.overrides.then(Overrides(set=sets)), concurrency=n)
+
+
+def concurrency_configs(levels: Sequence[int], cfgs: Sequence[ServerConfig], ctx: int = DEFAULT_CTX
+                        ) -> list[ServerConfig]:
+    """For each level above 1 (--concurrency 2,4), every AR and chain DFlash configuration `at_once`.
+    A tree verifies one slot (patch 0029): the tree sweep's configurations have none."""
+    for n in levels:
+        if not 1 <= n <= recipes.MAX_SLOTS:
+            raise UsageError(f"--concurrency {n}: expected 1 to {recipes.MAX_SLOTS} requests at once",
+                             "for example --concurrency 4 (buun serves up to 8 slots)")
+    return [at_once(c, n, ctx) for n in sorted(set(levels)) if n > 1 for c in cfgs if c.tree_budget is None]
+
+
 def upstream_name(name: str) -> str:
     """The name of a configuration's twin on upstream's build."""
     return f"{name}-upstream"
@@ -180,8 +202,10 @@ def against_upstream(cfgs: Sequence[ServerConfig]) -> list[ServerConfig]:
 
 
 def without_twin(cfgs: Sequence[ServerConfig]) -> list[ServerConfig]:
-    """The configurations upstream's build cannot run: the tree sweep's (upstream has no tree verification)."""
-    return [c for c in cfgs if c.tree_budget is not None]
+    """The configurations upstream's build cannot run: the tree sweep's (upstream has no tree
+    verification) and those of several slots (upstream's drafter aborts past four at -ub 64, and
+    a slot's rollback can lose its state: patches 0032-0033)."""
+    return [c for c in cfgs if c.tree_budget is not None or c.concurrency > 1]
 
 
 def common(ctx: int = DEFAULT_CTX, draft_max: int | None = None, host_sampling: bool = False,

@@ -2,6 +2,8 @@
 
     predict(recipe, FitFlags(ctx=6048, draft_max=15)) -> Prediction
     max_context(recipe, flags, gpu_gib)               -> the largest -c that fits
+    slot_plans(recipe, flags, gpu_gib, margin)        -> per number of slots, the largest context each
+    max_slots(recipe, flags, gpu_gib, margin, ctx)    -> how many slots of ctx tokens fit
     measure(recipe, flags)                            -> what the real llama-server allocates
 
 What llama-server allocates on the GPU with every layer offloaded (-ngl 99 -ngld 99, flash
@@ -19,7 +21,8 @@ attention on), following the pinned upstream's allocations:
   upstream's snapshot rollback (LLAMA_RS_ROLLBACK=snapshot) keeps 1 + n_rs_seq planes.
 - the drafter's KV cache at its own context (-cd) or the target's.
 - the drafter's features: patch 0011 keeps the target's tapped layers of a verify on the device,
-  n_embd x taps x rows f32, rows the block size or a tree's verify where that is wider.
+  n_embd x taps x rows f32, rows the block size or a tree's verify where that is wider, one such
+  verify per slot up to the ubatch (patch 0034: the slots verify in one batch).
 - compute buffers: formulas fitted to llama-server's reported sizes (CPU build, full and tiny
   synthetic models, several ubatch, context and n_max values; see _target_compute). A tree
   verifies budget + 1 tokens in one ubatch: its logits rows widen the target's buffer.
@@ -39,7 +42,7 @@ import gguf
 
 from buun_tool import build, console, patches, synth
 from buun_tool.errors import UsageError
-from buun_tool.recipes import DrafterGeometry, Recipe, TargetGeometry
+from buun_tool.recipes import MAX_SLOTS, DrafterGeometry, Recipe, TargetGeometry
 from buun_tool.server import command, gpu, process
 from buun_tool.server.command import Flag
 from buun_tool.server.local import LocalServer
@@ -111,14 +114,21 @@ class FitFlags:
 def _int_flag(flags: Mapping[str, Any], name: str) -> int | None:
     """An option's number in any of its spellings (command.ALIAS_GROUPS); None when absent or `fit`."""
     value = command.option(flags, name)
-    return None if value is None or value is True or str(value) == FIT else int(value)
+    if value is None or value is True or str(value) == FIT:
+        return None
+    if not str(value).isdigit():
+        raise UsageError(f"{name} {value}: expected a whole number",
+                         f"give {name} a number of tokens (or slots, for -np)")
+    return int(value)
 
 
 def flags_from_recipe(recipe: Recipe) -> FitFlags:
     """The memory-relevant settings of the recipe's server flags (fork or upstream spelling) and
     its tree budget (`server.tree.budget`; a budget among the flags wins, as it does in serve)."""
     f = flags_from_server_flags(recipe.server_flags)
-    return f if f.tree_budget else replace(f, tree_budget=recipe.tree_budget)
+    f = f if f.tree_budget else replace(f, tree_budget=recipe.tree_budget)
+    has_np = command.option(recipe.server_flags, "-np") is not None
+    return f if has_np else with_slots(recipe, f, recipe.slots)
 
 
 def flags_from_server_flags(f: Mapping[str, Any]) -> FitFlags:
@@ -291,8 +301,13 @@ def _target_compute(t: TargetGeometry, f: FitFlags) -> int:
 
 
 def feature_rows(d: DrafterGeometry, f: FitFlags) -> int:
-    """Verify rows whose tapped layers patch 0011 keeps on the device: a block, or a wider tree."""
-    return max(d.block_size, f.verify_width) if f.spec else 0
+    """Verify rows whose tapped layers patch 0011 keeps on the device: a block, or a wider tree,
+    for each slot as far as one ubatch goes (patch 0034)."""
+    if not f.spec:
+        return 0
+    # as llama-server sizes it: the drafter's block (not --draft-max, which it clamps), or a tree's
+    per_slot = max(d.block_size, f.tree_budget + 1 if f.tree else 0)
+    return max(per_slot, min(per_slot * f.n_parallel, min(f.ubatch, f.batch)))
 
 
 def features(t: TargetGeometry, d: DrafterGeometry, f: FitFlags) -> int:
@@ -426,20 +441,23 @@ def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: 
             raise UsageError(f"-c {given}: expected a number of tokens, or `fit` in a recipe")
         return ContextChoice(int(given), "set on the command line" if from_command_line
                              else f"pinned by the recipe ({Path(str(recipe.source)).name})")
-    default = FitFlags().ctx
+    n_slots = flags_from_server_flags(flags).n_parallel
+    default = FitFlags().ctx * n_slots  # -c is shared by the slots: buun's default context for each
+    each = f" ({FitFlags().ctx} for each of {n_slots} slots)" if n_slots > 1 else ""
     ngl = str(command.option(flags, "-ngl", "99"))
     if ngl == "0":
-        return ContextChoice(default, "-ngl 0, nothing on a GPU: buun's default")
+        return ContextChoice(default, f"-ngl 0, nothing on a GPU: buun's default{each}")
     gpus = build.detect_gpus() if gpus is None else gpus
     if not gpus:
-        return ContextChoice(default, "no GPU found to fit: buun's default")
+        return ContextChoice(default, f"no GPU found to fit: buun's default{each}")
     gpu, gib = gpus[0], gpus[0].memory_mib / 1024
     fit_flags = replace(flags_from_server_flags(flags), rollback=patches.rollback_from_env())
     best = max_context(recipe, fit_flags, gib, MARGIN_GIB, weights=default_weights(recipe, models_dir))
     if not best:
         return ContextChoice(default, f"no context fits the {gpu.name} ({gib:.1f} GiB) with these flags: "
                              f"buun's default; `buun fit {recipe.name}` shows what would fit")
-    return ContextChoice(best, f"the largest that fits the {gpu.name} ({gib:.1f} GiB), from `buun fit`")
+    each = f", {cells(best, n_slots) // n_slots} for each of {n_slots} slots" if n_slots > 1 else ""
+    return ContextChoice(best, f"the largest that fits the {gpu.name} ({gib:.1f} GiB), from `buun fit`{each}")
 
 
 @dataclass
@@ -470,6 +488,94 @@ def knobs(recipe: Recipe, flags: FitFlags, gpu_gib: float, margin_gib: float, sc
         total = predict(recipe, f, scale, weights).total
         out.append(Knob(change, f, total, max_context(recipe, f, gpu_gib, margin_gib, scale, weights)))
     return out
+
+
+# --- slots -----------------------------------------------------------------------------------
+# -c is the whole context: llama-server gives each of -np slots its share (its KV cells, and a
+# recurrent state, tape and drafter window of its own), so "context per slot" is -c / N.
+
+def slot_verify_rows(recipe: Recipe, f: FitFlags) -> int:
+    """Tokens one slot's verify adds to the batch: its drafts (the block less one at most) and the
+    last token."""
+    d = recipe.geometry_at("full").drafter
+    return min(f.draft_max, d.block_size - 1) + 1 if f.spec else 1
+
+
+def with_slots(recipe: Recipe, f: FitFlags, n: int) -> FitFlags:
+    """The flags for n slots, with the ubatch (and batch) raised to hold every slot's verify: the
+    slots then verify in one target forward and keep their features on the device (patch 0034)."""
+    check_slots(f, n)
+    ub = max(f.ubatch, n * slot_verify_rows(recipe, f))
+    return replace(f, n_parallel=n, ubatch=ub, batch=max(f.batch, ub))
+
+
+def check_slots(f: FitFlags, n: int) -> None:
+    if not 1 <= n <= MAX_SLOTS:
+        raise UsageError(f"{n} slots: buun serves 1 to {MAX_SLOTS}",
+                         f"pass --slots between 1 and {MAX_SLOTS}")
+    if n > 1 and f.tree:
+        raise UsageError(f"a DDTree (tree budget {f.tree_budget}) verifies one slot: llama-server serves "
+                         f"{n} slots with chains", f"pass --tree-budget 0 with --slots {n}, or --slots 1")
+
+
+def _fits_per_slot(recipe: Recipe, f: FitFlags, n: int, ctx_per_slot: int, gpu_gib: float, margin_gib: float,
+                   scale: str, weights: Weights) -> bool:
+    return fits(predict(recipe, replace(with_slots(recipe, f, n), ctx=ctx_per_slot * n), scale, weights),
+                gpu_gib, margin_gib)
+
+
+def max_context_per_slot(recipe: Recipe, f: FitFlags, n: int, gpu_gib: float, margin_gib: float = MARGIN_GIB,
+                         scale: str = "full", weights: Weights | None = None) -> int:
+    """The largest context each of n slots can have (a multiple of 256); 0 if none fits."""
+    t = recipe.geometry_at(scale).target
+    weights = weights or weights_from_plan(recipe, scale, "q4_k_m", "q4_k")
+    lo, hi = 0, t.max_position_embeddings // CELL_PAD
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        ok = _fits_per_slot(recipe, f, n, mid * CELL_PAD, gpu_gib, margin_gib, scale, weights)
+        lo, hi = (mid, hi) if ok else (lo, mid - 1)
+    return lo * CELL_PAD
+
+
+def max_slots(recipe: Recipe, f: FitFlags, gpu_gib: float, margin_gib: float, ctx_per_slot: int,
+              scale: str = "full", weights: Weights | None = None) -> int:
+    """How many slots of ctx_per_slot tokens each fit (up to MAX_SLOTS); 0 if not even one."""
+    weights = weights or weights_from_plan(recipe, scale, "q4_k_m", "q4_k")
+    fitting = [n for n in range(1, MAX_SLOTS + 1)
+               if _fits_per_slot(recipe, f, n, ctx_per_slot, gpu_gib, margin_gib, scale, weights)]
+    return max(fitting, default=0)
+
+
+@dataclass(frozen=True)
+class SlotPlan:
+    slots: int
+    ctx_per_slot: int  # the largest context each slot can have
+    ubatch: int  # -ub for this many slots (with_slots)
+
+    @property
+    def ctx(self) -> int:
+        """llama-server's -c for it."""
+        return self.ctx_per_slot * self.slots
+
+
+def slot_plans(recipe: Recipe, f: FitFlags, gpu_gib: float, margin_gib: float = MARGIN_GIB, scale: str = "full",
+               weights: Weights | None = None) -> list[SlotPlan]:
+    """For 1 to MAX_SLOTS slots, the largest context each can have."""
+    weights = weights or weights_from_plan(recipe, scale, "q4_k_m", "q4_k")
+    f = replace(f, tree_budget=0)  # several slots verify chains
+    return [SlotPlan(n, max_context_per_slot(recipe, f, n, gpu_gib, margin_gib, scale, weights),
+                     with_slots(recipe, f, n).ubatch) for n in range(1, MAX_SLOTS + 1)]
+
+
+def slot_cost(recipe: Recipe, f: FitFlags, ctx_per_slot: int, scale: str = "full",
+              weights: Weights | None = None) -> dict[str, int]:
+    """What one more slot adds to f's slots at ctx_per_slot tokens each, by component (bytes; only
+    the components that grow): its KV cells, its recurrent state, tape and drafter window, and,
+    where the ubatch must grow for it, the compute buffers."""
+    n = f.n_parallel
+    now = predict(recipe, replace(with_slots(recipe, f, n), ctx=ctx_per_slot * n), scale, weights)
+    more = predict(recipe, replace(with_slots(recipe, f, n + 1), ctx=ctx_per_slot * (n + 1)), scale, weights)
+    return {c.key: c.bytes - now.get(c.key) for c in more.components if c.bytes != now.get(c.key)}
 
 
 # --- measurement -----------------------------------------------------------------------------

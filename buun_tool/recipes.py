@@ -24,6 +24,9 @@ from buun_tool.errors import UsageError
 
 DEFAULT_RECIPE = "qwen3.5-27b-dflash"
 QUANT_TYPES = ("Q4_K_M", "Q4_K_S", "Q5_K_M", "Q5_K_S", "Q6_K", "Q8_0", "F16", "BF16")
+# llama-server slots buun serves and plans (server.slots, --slots): the most the harness checks
+# (tests/test_slots.py runs 2, 4 and 8 at once)
+MAX_SLOTS = 8
 
 
 class RecipeError(UsageError):
@@ -142,6 +145,7 @@ class Recipe:
     server_flags: dict[str, Any] = field(default_factory=dict)
     tree_budget: int = 0  # server.tree.budget: draft nodes a DDTree step verifies; 0 or 1, the chain
     tree_k: int = 8  # server.tree.k: candidates per draft depth
+    slots: int = 1  # server.slots: requests served at once (llama-server's -np)
 
     @property
     def target_gguf(self) -> str:
@@ -221,7 +225,7 @@ _KEYS: dict[str, Any] = {
     "tokenizer": {"repo", "revision", "files", "target_config"},
     "expect": {"block_size", "mask_token_id", "target_layer_ids", "hidden_size"},
     "geometry": dict(GEOMETRY_KEYS),
-    "server": {"flags": None, "tree": {"budget", "k"}},
+    "server": {"flags": None, "tree": {"budget", "k"}, "slots": None},
 }
 
 
@@ -338,6 +342,14 @@ def _tree(r: _Reader) -> tuple[int, int]:
     return budget, k
 
 
+def _slots(r: _Reader) -> int:
+    """server.slots: 1 to MAX_SLOTS requests at once."""
+    n = r.get("server.slots", int, 1)
+    if not 1 <= n <= MAX_SLOTS:
+        raise r.fail("server.slots", f"a number of slots from 1 to {MAX_SLOTS}", n)
+    return n
+
+
 def parse(source: Path, data: Any) -> Recipe:
     r = _Reader(source, data)
     _check_keys(r, r.data, _KEYS)
@@ -372,6 +384,7 @@ def parse(source: Path, data: Any) -> Recipe:
         server_flags=dict(flags),
         tree_budget=tree_budget,
         tree_k=tree_k,
+        slots=_slots(r),
     )
 
 

@@ -151,6 +151,25 @@ def _memory(data: dict[str, Any]) -> str:
         _table("memory", ["configuration", "peak GPU MiB", "before the server MiB"], rows)
 
 
+def _concurrency(data: dict[str, Any]) -> str:
+    """Requests sent at once to servers of as many slots (buun bench --concurrency N): each row's
+    per-request and aggregate decode tok/s, and the aggregate against the same configuration on
+    one slot and against AR at the same concurrency."""
+    rows = [r for r in data["summary"] if (r.get("concurrency") or 1) > 1]
+    if not rows:
+        return _not_run("Not run: no requests were sent at once in this run (buun bench --concurrency 4).")
+    cells = [[_e(r["label"]), _e(r["suite"]), _e(r["mode"]), _num(r["concurrency"], "d"), _num(r["decode_tps"], ".1f"),
+              _num(r.get("aggregate_tps"), ".1f"), _num(r["mean_al"], ".2f"), _num(r.get("vs_one_slot"), ".2f", "x"),
+              _num(r.get("vs_ar"), ".2f", "x"), _num(r["peak_gpu_mib"], "d")] for r in rows]
+    head = ["configuration", "suite", "mode", "at once", "per request tok/s", "aggregate tok/s", "mean AL",
+            "vs one slot", "vs AR at once", "peak GPU MiB"]
+    note = ('<p class="note">N requests sent together to a server of N slots, group after group. Per request: '
+            "each request's own decode tok/s; aggregate: the tokens of a group over the time from its first "
+            "generated token to its last request's end. The aggregate is set against the same configuration's "
+            "tok/s with one request at a time (one slot) and against AR's aggregate at the same concurrency.</p>")
+    return note + _table("concurrency", head, cells, left=3)
+
+
 def _kv_table(ident: str, values: dict[str, Any]) -> str:
     rows = [[_e(k), _e(v if isinstance(v, str) else json.dumps(v, default=str))] for k, v in values.items()]
     return _table(ident, ["", ""], rows, left=2)
@@ -215,8 +234,7 @@ def render(data: dict[str, Any]) -> str:
     parts = {
         "speed": _speed(data), "acceptance": _acceptance(data), "al-sweep": _al_sweep(data),
         "memory": _memory(data), "tree": _tree(data),
-        # buun bench does not measure it yet: said so, not drawn from anything
-        "concurrency": _not_run("Not run: buun bench measures one slot (-np 1) with one request at a time."),
+        "concurrency": _concurrency(data),
         "machine": _machine(data), "build": _build(data), "commands": _commands(data), "prompts": _prompts(data),
     }
     nav = "".join(f'<a href="#{i}">{_e(t)}</a>' for i, t in SECTIONS)

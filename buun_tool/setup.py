@@ -268,6 +268,7 @@ def plan(ctx: Context) -> list[PlanRow]:
     # that it compares equal to the command of a server that runs
     overrides = command.parse_args(_server_args(ctx))
     flags, secrets = command.take_secrets(command.merge(command.recipe_flags(ctx.recipe.server_flags), overrides))
+    flags = spec_mod.with_slots(ctx.recipe, spec_mod.with_tree(ctx.recipe, flags, overrides, None), overrides, None)
     flags, _ = spec_mod.with_context(ctx.recipe, flags, overrides, ctx.models_dir)
     argv = command.server_argv(binary, str(lay.target_gguf), str(lay.drafter_gguf()), ctx.host, ctx.port, flags,
                                alias=ctx.recipe.name)

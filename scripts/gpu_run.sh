@@ -22,7 +22,8 @@
 #   ampere       test-tree-ssm and test-backend-ops' check of those ops, built again for Ampere's
 #                compute_86 as PTX only (the driver compiles it for this card at load, so the
 #                Ampere path of the kernels runs here); a second CUDA build, ~10 min
-#   correctness  the correctness harness on CUDA (tests/test_correctness.py, tie-aware rule)
+#   correctness  the correctness harness on CUDA (tests/test_correctness.py and tests/test_slots.py,
+#                tie-aware rule)
 #   tree-decode  test-tree-decode on the tiny pair in f32, offloaded (patches 0027-0029)
 #   ar           llama-bench tg128 of the target: the run's AR anchor
 #   bench        `buun bench`: AR, and DFlash chains at synthetic AL 1 / 7.67 / 8.31, with the
@@ -41,6 +42,9 @@
 #   fit-tree     `buun fit --measure` of the chain and of a budget-22 tree
 #   setup        `buun setup` end to end with CUDA (tests/test_setup.py's first test: the tests'
 #                local Hub and tiny pair, converted with this machine's own torch and transformers)
+#   slots-bench  `buun bench --concurrency 4` at synthetic AL 7.67: AR and DFlash with one request at
+#                a time and with four at once on four slots (the issue-24 ratios), with the step profile
+#   fit-slots    `buun fit --slots N --measure` for 1, 2 and 4 slots: what each slot costs, measured
 #   pack         $W/results.tgz: what the docs keep of the run
 . "$(dirname "$0")/gpu_lib.sh"
 
@@ -92,7 +96,7 @@ part_ampere() {
 }
 
 part_correctness() {
-    step correctness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES"
+    step correctness 1200 bash scripts/gpu_correctness.sh "$BIN" "$RES"
 }
 
 part_tree_decode() {
@@ -161,6 +165,18 @@ part_fit_tree() {
 part_setup() {
     step setup 900 env BUUN_TEST_NGL=99 BUUN_CONVERTER_PYTHON=python3 \
         python3 -m pytest -q -rA "tests/test_setup.py::test_setup_runs_then_skips_everything"
+}
+
+part_slots_bench() {
+    step slots-bench 600 env LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" --synthetic-al 7.67 --concurrency 4 \
+        --prompts 4 --n-predict 512 --out "$RES/slots-bench"
+}
+
+part_fit_slots() {
+    local n
+    for n in 1 2 4; do
+        step "fit-slots$n" 300 $BUUN fit --slots "$n" --ctx-per-slot 8192 --measure --scale full --json
+    done
 }
 
 part_pack() {

@@ -170,6 +170,67 @@ class TestSummary:
         assert rows["dflash-al3-upstream"]["vs_upstream"] is None and rows["ar-upstream"]["build"] == "upstream"
 
 
+class TestConcurrency:
+    """--concurrency N: each AR and chain DFlash configuration again on a server of N slots, fed N
+    requests at once, measured per request and together."""
+
+    MODELS = bench_configs.Models(Path("t.gguf"), Path("d.gguf"))
+    MODELS_DIR = Path("/m")  # the folder a `-c fit` would weigh; bench pins -c
+
+    def argv(self, cfg: bench_configs.ServerConfig) -> dict[str, str]:
+        argv = bench_configs.argv(recipes.load(), cfg, self.MODELS, Path("/b/llama-server"), 9000,
+                                  bench_configs.common(ctx=4096), self.MODELS_DIR)
+        return {k: argv[argv.index(k) + 1] for k in ("-np", "-c", "-ub", "-b")}
+
+    def test_the_configurations_and_their_servers(self) -> None:
+        trees = bench_configs.tree_configs([0], recipes.load(), bench_configs.common(), self.MODELS_DIR)
+        base = bench_configs.configs(True, [7.67], trees)
+        several = bench_configs.concurrency_configs([4, 2, 4], base, 4096)
+        assert [c.name for c in several] == ["ar-c2", "dflash-al7.67-c2", "ar-c4", "dflash-al7.67-c4"]
+        assert several[-1].label == "DFlash AL 7.67 (synthetic), 4 at once" and several[-1].concurrency == 4
+        assert self.argv(bench_configs.AR) == {"-np": "1", "-c": "4096", "-ub": "64", "-b": "256"}
+        assert self.argv(several[-1]) == {"-np": "4", "-c": str(4 * 4096), "-ub": "64", "-b": "256"}
+        # every slot's verify in one ubatch: 16 tokens a DFlash slot, one an AR slot
+        eight = bench_configs.concurrency_configs([8], base, 4096)
+        assert [self.argv(c)["-ub"] for c in eight] == ["64", "128"]
+        assert bench_configs.without_twin(several) == several  # upstream's build has no several DFlash slots
+        with pytest.raises(UsageError, match="--concurrency 9: expected 1 to 8"):
+            bench_configs.concurrency_configs([9], base)
+
+    def test_every_group_has_n_requests(self) -> None:
+        prompts = [bench.Prompt("code", f"p{i}", "x") for i in range(3)]
+        groups = bench._groups_of(prompts, 1, 2)
+        assert [[(p.id, r) for p, r in g] for g in groups] == [[("p0", 0), ("p1", 0)], [("p2", 0), ("p0", 1)]]
+
+    def test_aggregate_and_ratios(self) -> None:
+        ar, df = bench_configs.configs(True, [3.0])
+        ar2, df2 = bench_configs.concurrency_configs([2], [ar, df])
+
+        def run(cfg: bench_configs.ServerConfig, tps: float, groups: tuple[bench.Group, ...] = ()) -> bench.ConfigRun:
+            samples = [_sample(cfg.name, "code", 100, 100_000 / tps)] * cfg.concurrency
+            return bench.ConfigRun(cfg, [], None, None, samples, list(groups))
+
+        def group(name: str, tokens: int, ms: float, steps: int | None = None) -> bench.Group:
+            return bench.Group(name, "code", "raw", 0, 2, tokens, ms, 4 * (steps or 0), 2 * (steps or 0), steps)
+
+        runs = [run(ar, 50.0), run(df, 100.0), run(ar2, 40.0, (group(ar2.name, 200, 2500.0),)),
+                run(df2, 80.0, (group(df2.name, 200, 1250.0, steps=50),))]
+        rows = {r["config"]: r for r in bench.with_concurrency(bench.summarize(runs), runs)}
+        assert rows["ar"]["aggregate_tps"] == rows["ar"]["decode_tps"] and rows["ar"]["concurrency"] == 1
+        assert rows["ar-c2"]["aggregate_tps"] == pytest.approx(80.0) and "vs_ar" not in rows["ar-c2"]
+        two = rows["dflash-al3-c2"]
+        assert two["aggregate_tps"] == pytest.approx(160.0) and two["mean_al"] == pytest.approx(1 + 100 / 50)
+        assert two["vs_one_slot"] == pytest.approx(1.6) and two["vs_ar"] == pytest.approx(2.0)
+        assert two["speedup"] == pytest.approx(2.0)  # per request, against AR's at two at once
+
+    def test_a_running_server_has_no_slots_to_set(self) -> None:
+        res = CliRunner().invoke(app, ["bench", "--url", "http://127.0.0.1:9", "--concurrency", "4"])
+        assert res.exit_code == 2 and "--concurrency starts servers of N slots itself" in " ".join(res.output.split())
+        res = CliRunner().invoke(app, ["bench", "--concurrency", "2,12"])
+        assert res.exit_code == 2 and "expected a comma-separated list of request counts" in " ".join(
+            res.output.split())
+
+
 class TestChart:
     def test_bars_legend_and_file(self, tmp_path: Path) -> None:
         fig = chart.grouped_bars("tok/s", ["code raw", "math raw"], ["AR", "DFlash"], [[40.0, 120.0], [38.0, None]],
@@ -259,6 +320,35 @@ class TestEndToEnd:
         assert "bandwidth bound: AL x 50 GB/s" in html and 'id="chart-al-sweep"' in html
         for argv in data["commands"].values():  # every server is gone
             assert _port_closed(int(argv[argv.index("--port") + 1]))
+
+    def test_tiny_pair_several_requests_at_once(self, tiny_pair: tuple[Path, Path], llama_bin: Path,
+                                                tmp_path: Path) -> None:
+        """AR and DFlash with two requests at once on two slots, beside each with one: per request and
+        aggregate tok/s, the steps' AL from /metrics over each group, and the report's table. One
+        prompt fills a group of two by being sent twice."""
+        target, drafter = tiny_pair
+        res = CliRunner().invoke(app, [
+            "bench", "--target", str(target), "--drafter", str(drafter), "--synthetic-al", "3", "--concurrency", "2",
+            "--suite", "math", "--mode", "raw", "--prompts", "1", "--n-predict", "16", "--ctx", "1024",
+            "--server-args=-nr", "--report", "--out", str(tmp_path)])
+        assert res.exit_code == 0, res.output
+        assert "several requests at once" in res.output
+        data = json.loads((tmp_path / "bench.json").read_text())
+        rows = {r["config"]: r for r in data["summary"]}
+        assert list(rows) == ["ar", "dflash-al3", "ar-c2", "dflash-al3-c2"]
+        for name in ("ar-c2", "dflash-al3-c2"):
+            argv = data["commands"][name]
+            assert argv[argv.index("-np") + 1] == "2" and argv[argv.index("-c") + 1] == "2048"
+            assert rows[name]["concurrency"] == 2 and rows[name]["aggregate_tps"] > 0
+        two = rows["dflash-al3-c2"]
+        assert two["mean_al"] > 1 and two["vs_one_slot"] > 0 and two["vs_ar"] > 0
+        groups = [g for g in data["groups"] if g["config"] == "dflash-al3-c2"]
+        assert len(groups) == 1 and groups[0]["requests"] == 2 and groups[0]["decode_tokens"] == 32
+        assert groups[0]["steps"] > 0 and groups[0]["accepted"] > 0
+        assert sum(s["config"] == "dflash-al3-c2" for s in data["samples"]) == 2  # the one prompt, twice at once
+        html = (tmp_path / "report.html").read_text()
+        table = html.split('<table id="table-concurrency">', 1)[1].split("</table>", 1)[0]
+        assert table.count("<tr>") == 3  # the header, AR and DFlash at two at once
 
     def test_tiny_pair_tree_budget_sweep(self, tiny_pair: tuple[Path, Path], llama_bin: Path, tmp_path: Path) -> None:
         """The chain and a tree of 4 under the calibrated profile, served by the real CPU llama-server

@@ -100,6 +100,65 @@ FEATURE_ROW = 5 * 5120 * 4
 PLANES = 2 * 48 * (128 * 6144 + 3 * 10240) * 4
 
 
+class TestSlots:
+    """N slots (-np N): -c is their total, each has its share of KV cells and a recurrent state,
+    rollback plane, tape and drafter window of its own, the target's buffer holds every slot's
+    verify logits, and the ubatch grows to hold every slot's verify (16 tokens each)."""
+
+    TAPE = replace(CALIBRATION_DFLASH, rollback="tape")
+
+    def test_the_ubatch_holds_every_slots_verify(self, recipe) -> None:
+        assert [fit.with_slots(recipe, self.TAPE, n).ubatch for n in (1, 4, 5, 8)] == [64, 64, 80, 128]
+        assert fit.with_slots(recipe, self.TAPE, 8).batch == 256
+        assert fit.with_slots(recipe, replace(self.TAPE, batch=64), 8).batch == 128  # -b >= -ub
+        for n, message in ((0, "0 slots: buun serves 1 to 8"), (9, "9 slots: buun serves 1 to 8")):
+            with pytest.raises(UsageError, match=message):
+                fit.with_slots(recipe, self.TAPE, n)
+        with pytest.raises(UsageError, match=r"a DDTree \(tree budget 22\) verifies one slot"):
+            fit.with_slots(recipe, replace(self.TAPE, tree_budget=22), 2)
+
+    def test_one_more_slot_costs_its_share_and_its_own_state(self, recipe) -> None:
+        one = fit.with_slots(recipe, self.TAPE, 1)
+        cost = fit.slot_cost(recipe, one, 6144)
+        assert cost["target_kv"] == 16 * 6144 * 4 * 256 * 2 * 2  # its 6144 cells, K+V f16
+        assert cost["recurrent"] == PLANES + (15 + 1) * TAPE_ROW  # two planes and a verify's tape
+        assert cost["target_compute"] == 2 * 16 * LOGITS_ROW + MASK - UB_ROWS  # both slots' logits, twice the mask
+        assert cost["features"] == 16 * FEATURE_ROW and cost["drafter_kv"] == 5 * 6144 * 8 * 128 * 2 * 2  # no -cd
+        # five slots need -ub 80: the compute buffers grow too
+        assert "drafter_compute" in fit.slot_cost(recipe, fit.with_slots(recipe, self.TAPE, 4), 6144)
+
+    def test_the_plans_are_the_largest_contexts_that_fit(self, recipe) -> None:
+        plans = fit.slot_plans(recipe, self.TAPE, 24.0)
+        assert [p.slots for p in plans] == list(range(1, 9))
+        assert all(a.ctx_per_slot > b.ctx_per_slot for a, b in zip(plans, plans[1:], strict=False))
+        for p in plans:
+            assert p.ctx == p.ctx_per_slot * p.slots and p.ctx_per_slot % 256 == 0
+            at = replace(fit.with_slots(recipe, self.TAPE, p.slots), ctx=p.ctx)
+            assert fit.fits(fit.predict(recipe, at), 24.0, fit.MARGIN_GIB)
+            assert not fit.fits(fit.predict(recipe, replace(at, ctx=p.ctx + 256 * p.slots)), 24.0, fit.MARGIN_GIB)
+            assert fit.max_slots(recipe, self.TAPE, 24.0, fit.MARGIN_GIB, p.ctx_per_slot) >= p.slots
+        assert fit.max_slots(recipe, self.TAPE, 24.0, fit.MARGIN_GIB, plans[0].ctx_per_slot + 256) == 0
+
+    def test_the_features_hold_a_verify_per_slot_up_to_the_ubatch(self, recipe) -> None:
+        d = recipe.geometry_at("full").drafter
+        rows = [fit.feature_rows(d, fit.with_slots(recipe, self.TAPE, n)) for n in (1, 2, 4, 8)]
+        assert rows == [16, 32, 64, 128]
+        assert fit.feature_rows(d, replace(self.TAPE, n_parallel=8)) == 64  # a -ub 64 of one's own
+
+    def test_the_cli_plans_the_slots(self) -> None:
+        res = CliRunner().invoke(app, ["fit", "--gpu-mem", "24", "--json", "--slots", "4", "--ctx-per-slot", "8192"])
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.stdout)
+        assert out["prediction"]["flags"]["n_parallel"] == 4 and out["prediction"]["flags"]["ctx"] == 4 * 8192
+        assert out["slots"]["ctx_per_slot"] == 8192 and out["slots"]["fit_at"]["slots"] >= 4
+        assert [p["slots"] for p in out["slots"]["plans"]] == list(range(1, 9))
+        assert set(out["slots"]["one_more"]) >= {"target_kv", "recurrent"}
+        res = CliRunner().invoke(app, ["fit", "--gpu-mem", "24", "--slots", "8"])
+        assert res.exit_code == 0 and "-ub 128" in " ".join(res.output.split())
+        res = CliRunner().invoke(app, ["fit", "--ctx", "8192", "--ctx-per-slot", "4096"])
+        assert res.exit_code == 2 and "--ctx and --ctx-per-slot both set the context" in " ".join(res.output.split())
+
+
 class TestTree:
     """A tree of budget N verifies N + 1 tokens in one ubatch: the tape holds max(n_max, N) + 1 rows,
     the target's buffer holds N + 1 logits rows, the drafter's features N + 1 verify rows."""
@@ -142,15 +201,16 @@ class TestTree:
         assert fit.flags_from_recipe(replace(recipe, tree_budget=16)).tree_budget == 16
 
     def test_the_cli_shows_what_the_tree_adds(self) -> None:
-        # the recipe drafts 16 (--draft-max 16): its chain verifies 17 tokens, the tree 23
+        # the recipe drafts 16 (--draft-max 16): its chain's tape holds 17 tokens, the tree's 23; the
+        # device features hold the drafter's block (16 rows: llama-server clamps the draft to 15), or 23
         res = CliRunner().invoke(app, ["fit", "--gpu-mem", "24", "--tree-budget", "22", "--json"])
         assert res.exit_code == 0, res.output
         data = json.loads(res.stdout)
         assert data["prediction"]["flags"]["tree_budget"] == 22
-        assert data["tree_extra"] == {"budget": 22, "bytes": 6 * TAPE_ROW + 23 * LOGITS_ROW - UB_ROWS + 6 * FEATURE_ROW,
+        assert data["tree_extra"] == {"budget": 22, "bytes": 6 * TAPE_ROW + 23 * LOGITS_ROW - UB_ROWS + 7 * FEATURE_ROW,
                                       "by_component": {"recurrent": 6 * TAPE_ROW,
                                                        "target_compute": 23 * LOGITS_ROW - UB_ROWS,
-                                                       "features": 6 * FEATURE_ROW}}
+                                                       "features": 7 * FEATURE_ROW}}
         assert "the chain (--tree-budget 0)" in [k["change"] for k in data["knobs"]]
         res = CliRunner().invoke(app, ["fit", "--gpu-mem", "24", "--tree-budget", "22"])
         assert res.exit_code == 0 and f"tree budget 22: +{data['tree_extra']['bytes'] / MIB:.2f} MiB over the chain" \
@@ -246,7 +306,9 @@ class TestMeasured:
         fit.FitFlags(ctx=2048, draft_max=0, batch=2048, ubatch=512),
         # needs patch 0029's --spec-tree-budget: fails with a build before it
         fit.FitFlags(ctx=2048, draft_max=15, tree_budget=22),
-    ], ids=["dflash", "dflash-q8-np2", "ar", "dflash-tree22"])
+        # needs patch 0034: the features of a verify of four slots
+        fit.FitFlags(ctx=4096, draft_max=15, n_parallel=4),
+    ], ids=["dflash", "dflash-q8-np2", "ar", "dflash-tree22", "dflash-np4"])
     def test_prediction_matches_the_buffers(self, recipe, flags: fit.FitFlags, tiny_pair, llama_bin,
                                             tmp_path: Path) -> None:
         m = fit.measure(recipe, flags, tiny_pair[0].parent, tmp_path, scale="tiny")

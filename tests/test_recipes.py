@@ -51,6 +51,7 @@ def test_shipped_recipe_loads():
     assert "config.json" not in r.tokenizer.files
     assert r.expect["target_layer_ids"] == [1, 16, 31, 46, 61]
     assert (r.tree_budget, r.tree_k) == (0, 8)  # the chain until a tree is measured to beat it
+    assert r.slots == 1 and "-np" not in r.server_flags  # one request at a time unless asked (--slots)
 
 
 def test_tiny_geometry_keeps_the_structure():
@@ -77,6 +78,8 @@ def test_tiny_geometry_keeps_the_structure():
     ("server.tree.budget", -1, "server.tree.budget: expected 0 (the chain) or a number of draft nodes, got -1"),
     ("server.tree.budget", "22", "server.tree.budget: expected a integer, got '22'"),
     ("server.tree.k", 0, "server.tree.k: expected a positive number of candidates per draft depth, got 0"),
+    ("server.slots", 0, "server.slots: expected a number of slots from 1 to 8, got 0"),
+    ("server.slots", 9, "server.slots: expected a number of slots from 1 to 8, got 9"),
 ])
 def test_validation_errors_name_file_and_field(tmp_path: Path, dotted: str, value: Any, expected: str):
     path = _write(tmp_path, _set(_shipped(), dotted, value))
@@ -117,7 +120,7 @@ def test_unknown_keys_are_errors_with_the_nearest_valid_key(tmp_path: Path, dott
 
 def test_an_unknown_key_with_no_near_one_lists_the_valid_keys(tmp_path: Path):
     path = _write(tmp_path, _set(_shipped(), "server.port", 8080))
-    with pytest.raises(recipes.RecipeError, match=r"server\.port: unknown key \(valid: flags, tree\)"):
+    with pytest.raises(recipes.RecipeError, match=r"server\.port: unknown key \(valid: flags, slots, tree\)"):
         recipes.load(str(path))
 
 

@@ -194,9 +194,9 @@ class TestPrintCmd:
         r = self.run()
         assert r.exit_code == 0, r.output
         assert r.stdout.strip() == (
-            f"{fake_bin}/llama-server -m /m/t.gguf -md /m/d.gguf --spec-type dflash -ngl 99 -ngld 99 -np 1 "
+            f"{fake_bin}/llama-server -m /m/t.gguf -md /m/d.gguf --spec-type dflash -ngl 99 -ngld 99 "
             "-c 6048 -cd 256 -fa on -b 256 -ub 64 --draft-max 16 --draft-min 1 --jinja --backend-sampling "
-            "--alias qwen3.5-27b-dflash --host 127.0.0.1 --port 8080 --metrics")
+            "-np 1 --alias qwen3.5-27b-dflash --host 127.0.0.1 --port 8080 --metrics")  # -np: server.slots
 
     def test_backend_sampling_dropped_in_either_spelling(self, fake_bin: Path) -> None:
         for spelling in ("--backend-sampling", "-bs"):
@@ -212,7 +212,7 @@ class TestPrintCmd:
         assert "hunter2" not in r.output and out.startswith("LLAMA_API_KEY=**** ")
         assert " -cd " not in out and " -c 6048" not in out and "--draft-max" not in out
         assert "--ctx-size 4096" in out and "--spec-draft-n-max 8" in out and out.rstrip().endswith(
-            "-ctk q8_0 --alias qwen3.5-27b-dflash --host 127.0.0.1 --port 9001 --metrics")
+            "-ctk q8_0 -np 1 --alias qwen3.5-27b-dflash --host 127.0.0.1 --port 9001 --metrics")
 
 
     def test_managed_flag_after_dashes(self, fake_bin: Path) -> None:
@@ -264,9 +264,10 @@ def test_error_hints_know_which_recipe_flags_the_user_replaced(fake_bin: Path) -
 
 # --- secrets and exposure -------------------------------------------------------------------
 
-def _user_recipe(name: str, flags: dict[str, object], tree: dict[str, int] | None = None, **top: object) -> Path:
+def _user_recipe(name: str, flags: dict[str, object], tree: dict[str, int] | None = None, slots: int | None = None,
+                 **top: object) -> Path:
     """The shipped recipe under another name in the user's recipe folder, with extra server flags
-    (and server.tree settings)."""
+    (and server.tree and server.slots settings)."""
     import yaml
 
     from buun_tool import recipes
@@ -275,6 +276,8 @@ def _user_recipe(name: str, flags: dict[str, object], tree: dict[str, int] | Non
     data.update(name=name, **top)
     data["server"]["flags"].update(flags)
     data["server"]["tree"].update(tree or {})
+    if slots is not None:
+        data["server"]["slots"] = slots
     path = paths.config_dir() / "recipes" / f"{name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -489,3 +492,54 @@ class TestTreeBudget:
     def test_a_tree_that_fits_a_larger_ubatch(self, fake_bin: Path) -> None:
         argv = self.argv("--tree-budget", "64", "--", "-ub", "128")
         assert self.tree(argv)[:2] == ["--spec-tree-budget", "64"]
+
+
+class TestSlots:
+    """Several slots (-np N): --slots, the recipe's server.slots, or a -np after `--`; the ubatch grows
+    with them so that every slot's verify (16 tokens) fits one target forward."""
+
+    ARGS = TestTreeBudget.ARGS
+
+    def run(self, *args: str, recipe: str | None = None):
+        return CliRunner().invoke(app, ["serve", *([recipe] if recipe else []), *self.ARGS, *args])
+
+    def flags(self, *args: str, recipe: str | None = None) -> dict[str, str]:
+        r = self.run(*args, recipe=recipe)
+        assert r.exit_code == 0, r.output
+        argv = r.stdout.split()
+        return {k: argv[argv.index(k) + 1] for k in ("-np", "-ub", "-b", "-c")}
+
+    def test_slots_set_np_and_a_ubatch_that_holds_their_verify(self, fake_bin: Path) -> None:
+        assert self.flags() == {"-np": "1", "-ub": "64", "-b": "256", "-c": "6048"}
+        # 6048 tokens a slot without a GPU to fit; -c is the slots' total
+        assert self.flags("--slots", "4") == {"-np": "4", "-ub": "64", "-b": "256", "-c": str(4 * 6048)}
+        assert self.flags("--slots", "8")["-ub"] == "128"
+        assert self.flags("--slots", "8", "--", "-c", "8192")["-c"] == "8192"
+
+    def test_the_recipes_slots_and_a_np_after_dashes(self, fake_bin: Path) -> None:
+        _user_recipe("team", {}, slots=3)
+        assert self.flags(recipe="team")["-np"] == "3"
+        assert self.flags("--slots", "2", recipe="team")["-np"] == "2"
+        assert self.flags("--", "--parallel", "6")["-np"] == "6"
+        assert self.flags("--", "--parallel", "6")["-ub"] == "96"
+
+    def test_a_ubatch_of_ones_own_is_kept_with_a_warning(self, fake_bin: Path) -> None:
+        r = self.run("--slots", "8", "--", "-ub", "64")
+        assert r.exit_code == 0 and " -ub 64 " in r.stdout and " -np 8 " in r.stdout
+        assert "8 slots verify 128 tokens a step, more than -ub 64" in flat(r.stderr)
+
+    @pytest.mark.parametrize("args, message", [
+        (["--slots", "0"], "0 slots: buun serves 1 to 8"),
+        (["--slots", "9"], "9 slots: buun serves 1 to 8"),
+        (["--slots", "2", "--", "-np", "3"], "--slots and a -np after `--` both set the number of slots"),
+        (["--", "-np", "many"], "-np many: expected a whole number"),
+        (["--slots", "2", "--tree-budget", "22"], "a DDTree (tree budget 22) verifies one slot"),
+    ])
+    def test_slots_that_cannot_be_served_say_why(self, fake_bin: Path, args: list[str], message: str) -> None:
+        r = self.run(*args)
+        assert r.exit_code == 2 and message in flat(r.stderr), r.output
+        assert "hint:" in flat(r.stderr)
+
+    def test_start_resolves_the_slots(self, fake_bin: Path) -> None:
+        s, _ = spec.resolve(None, **_GIVEN, slots=4)
+        assert s.argv[s.argv.index("-np") + 1] == "4"

@@ -406,3 +406,24 @@ def test_supervisor_module_refuses_without_spec(buun: Buun) -> None:
     r = subprocess.run([sys.executable, "-m", "buun_tool.server.supervisor", "nothing", "--lock-fd", "99"],
                        capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
     assert r.returncode == 3 and "no launch spec" in r.stderr
+
+
+def test_status_shows_each_slot(buun: Buun) -> None:
+    """`buun start --slots 2`: llama-server runs two slots, and `buun status` gives each one's state
+    and its last request's figures (patch 0035's /slots timings)."""
+    port = free_port()
+    buun.start("team", port, "--slots", "2", extra=TEST_FLAGS)
+    assert buun.record("team")["command"][buun.record("team")["command"].index("-np") + 1] == "2"
+    session = requests.Session()
+    session.trust_env = False  # the server is on this machine, whatever proxy the environment names
+    for slot in (0, 1):
+        r = session.post(f"http://127.0.0.1:{port}/completion", timeout=60, json={
+            "prompt": "Hello", "n_predict": 8, "temperature": 0, "ignore_eos": True, "id_slot": slot})
+        assert r.status_code == 200, r.text
+    slots = buun.status("team")["slots"]
+    assert slots["total"] == 2 and [s["id"] for s in slots["per_slot"]] == [0, 1]
+    for s in slots["per_slot"]:
+        assert not s["busy"] and s["task"] is not None and s["generated"] == 8 and s["drafted"] > 0
+    shown = buun("status", "team", check=True).stdout
+    assert "slot 0" in shown and "slot 1" in shown and "idle, last: task" in shown
+    buun("stop", "team", check=True)

@@ -74,6 +74,42 @@ class TestMetrics:
         assert metrics.dflash_stats(metrics.parse("llamacpp:prompt_tokens_total 1\n")) is None
 
 
+class TestSlotStates:
+    """`buun status` per slot, from /slots (each slot's `timings` is buun's patch 0035)."""
+
+    BUSY = {"id": 0, "is_processing": True, "id_task": 12, "n_prompt_tokens": 1840,
+            "timings": {"predicted_n": 230, "predicted_per_second": 41.25, "draft_n": 300, "draft_n_accepted": 213,
+                        "draft_n_steps": 30}}
+    IDLE = {"id": 1, "is_processing": False, "id_task": 9, "n_prompt_tokens": 500,
+            "timings": {"predicted_n": 64, "predicted_per_second": 38.0}}  # AR, or nothing drafted
+    UNUSED = {"id": 2, "is_processing": False}
+    UPSTREAM = {"id": 3, "is_processing": True, "id_task": 4, "n_prompt_tokens": 10}  # no timings
+
+    def test_each_slots_request(self) -> None:
+        from buun_tool.server.health import slot_state
+
+        busy = slot_state(self.BUSY)
+        assert busy["busy"] and busy["acceptance_rate"] == pytest.approx(0.71)
+        assert busy["mean_acceptance_length"] == pytest.approx(1 + 213 / 30)
+        idle = slot_state(self.IDLE)
+        assert not idle["busy"] and idle["acceptance_rate"] is None and idle["generated"] == 64
+        assert slot_state(self.UNUSED)["task"] is None
+        assert slot_state(self.UPSTREAM)["generated"] is None and slot_state(self.UPSTREAM)["drafted"] == 0
+
+    def test_the_status_lines(self) -> None:
+        from buun_tool.cli.server import _slot_line
+        from buun_tool.server.health import slot_state
+
+        lines = [_slot_line(slot_state(s)) for s in (self.BUSY, self.IDLE, self.UNUSED, self.UPSTREAM)]
+        assert lines == [
+            "busy: task 12, 1840 tokens in context, 230 generated at 41.2 tok/s, 71% of 300 drafted accepted "
+            "(AL 8.10)",
+            "idle, last: task 9, 500 tokens in context, 64 generated at 38.0 tok/s",
+            "idle, unused",
+            "busy: task 4, 10 tokens in context",
+        ]
+
+
 class TestLogLines:
     def test_phases_only_move_forward(self) -> None:
         assert loglines.phase_of("I srv    load_model: loading model '/x.gguf'") == "loading the target model"

@@ -202,12 +202,17 @@ def test_the_unit_runs_its_launch_as_systemd_would(buun: Buun, tmp_path: Path,
     assert buun.record("svc")["state"] == "stopped" and not buun.ours()
 
 
-def test_the_tree_budget_reaches_the_unit(unit_env: dict) -> None:
-    """--tree-budget is resolved into the launch the unit runs, not written into ExecStart."""
-    assert install(unit_env, "--name", "t", "--tree-budget", "22").exit_code == 0
-    flags = dict(saved("t")["flags"])
-    assert (flags["--spec-tree-budget"], flags["--spec-tree-k"]) == ("22", "8")
-    assert "--tree-budget" not in exec_start((unit_env["dir"] / "buun-t.service").read_text())
-    r = install(unit_env, "--name", "u", "--tree-budget", "99")  # refused before a unit is written
-    assert r.exit_code == 2 and "more than -ub 64" in " ".join(r.stderr.split())
+@pytest.mark.parametrize("option, good, flags, bad, refusal", [
+    ("--tree-budget", "22", {"--spec-tree-budget": "22", "--spec-tree-k": "8"}, "99", "more than -ub 64"),
+    ("--slots", "4", {"-np": "4"}, "12", "12 slots: buun serves 1 to 8"),
+])
+def test_the_tree_budget_and_the_slots_reach_the_unit(unit_env: dict, option: str, good: str, flags: dict[str, str],
+                                                      bad: str, refusal: str) -> None:
+    """--tree-budget and --slots are resolved into the launch the unit runs, not written into ExecStart."""
+    assert install(unit_env, "--name", "t", option, good).exit_code == 0
+    saved_flags = dict(saved("t")["flags"])
+    assert {k: saved_flags[k] for k in flags} == flags
+    assert option not in exec_start((unit_env["dir"] / "buun-t.service").read_text())
+    r = install(unit_env, "--name", "u", option, bad)  # refused before a unit is written
+    assert r.exit_code == 2 and refusal in " ".join(r.stderr.split())
     assert not (unit_env["dir"] / "buun-u.service").exists()

@@ -45,6 +45,10 @@ TreeBudgetOpt = Annotated[int | None, typer.Option(
     "--tree-budget", metavar="N", show_default=False,
     help="Draft nodes of the DDTree verified per step (llama-server's --spec-tree-budget; patch 0029); 0 or 1 "
     "verifies the chain. Default: the recipe's server.tree.budget.")]
+SlotsOpt = Annotated[int | None, typer.Option(
+    "--slots", metavar="N", show_default=False,
+    help="Requests served at once (llama-server's -np), 1 to 8; each slot gets -c / N tokens of context. "
+    "Default: the recipe's server.slots. `buun fit --slots N` shows the context each can have.")]
 DropOpt = Annotated[list[str] | None, typer.Option("--drop", metavar="FLAG",
                                                   help="Leave out a recipe flag (repeatable): --drop -cd.")]
 ReadyTimeout = Annotated[float, typer.Option(help="Seconds without load progress before giving up.",
@@ -81,6 +85,7 @@ class LaunchOptions:
     no_api_key: bool
     drops: list[str]
     tree_budget: int | None  # --tree-budget: replaces the recipe's server.tree.budget (spec.with_tree)
+    slots: int | None  # --slots: replaces the recipe's server.slots (spec.with_slots)
     extra: list[str]  # llama-server flags after `--`
     policy: spec_mod.Policy
 
@@ -88,14 +93,14 @@ class LaunchOptions:
         return spec_mod.resolve(self.recipe, models_dir=self.models_dir, name=self.name, model=self.model,
                                 draft=self.draft, host=self.host, port=self.port, extra=self.extra,
                                 drops=self.drops, api_key=api_key, no_api_key=self.no_api_key, policy=self.policy,
-                                need_models=need_models, tree_budget=self.tree_budget)
+                                need_models=need_models, tree_budget=self.tree_budget, slots=self.slots)
 
 
 def _bundle(
     ctx: typer.Context, recipe: RecipeArg = None, name: NameOpt = None, model: ModelOpt = None,
     draft: DraftOpt = None, models_dir: ModelsDirOpt = None, host: HostOpt = spec_mod.DEFAULT_HOST,
     port: PortOpt = spec_mod.DEFAULT_PORT, no_api_key: NoKeyOpt = False, drop: DropOpt = None,
-    tree_budget: TreeBudgetOpt = None,
+    tree_budget: TreeBudgetOpt = None, slots: SlotsOpt = None,
     ready_timeout: ReadyTimeout = _P.ready_timeout, health_interval: HealthInterval = _P.health_interval,
     health_timeout: HealthTimeout = _P.health_timeout, health_failures: HealthFailures = _P.health_failures,
     max_crashes: MaxCrashes = _P.max_crashes, crash_window: CrashWindow = _P.crash_window,
@@ -111,7 +116,7 @@ def _bundle(
     policy = spec_mod.Policy(ready_timeout, health_interval, health_timeout, health_failures, max_crashes,
                              crash_window, backoff, backoff_max, stop_timeout, int(log_max_mb * 2**20), log_keep)
     return LaunchOptions(recipe, name, model, draft, paths.models_dir(models_dir), host, port, no_api_key,
-                         list(drop or []), tree_budget, extra, policy)
+                         list(drop or []), tree_budget, slots, extra, policy)
 
 
 _SHARED = list(inspect.signature(_bundle, eval_str=True).parameters.values())

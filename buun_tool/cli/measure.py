@@ -4,7 +4,7 @@
                                     random-weight GGUFs shaped exactly like the recipe's pair
     buun synth --dry-run            tensor counts and sizes, nothing written
     buun bench [RECIPE] [--synthetic-al 7.67 ... | --al-sweep] [--suite code,math,prose] [--mode raw,chat]
-               [--tree-budget 8,16,22,32] [--prompts N] [--n-predict N] [--repeats N]
+               [--tree-budget 8,16,22,32] [--concurrency 2,4] [--prompts N] [--n-predict N] [--repeats N]
                [--target T.gguf --drafter D.gguf | --url URL] [--report] [--bandwidth-gbs N]
                                     AR vs DFlash llama-servers: tok/s, TTFT, acceptance; JSON (+ PNG with matplotlib,
                                     + one self-contained HTML report with --report)
@@ -15,15 +15,18 @@
     buun bench --compare A.json B.json [--out DIR] [--json]
                                     two recorded runs side by side; differences beyond their own noise flagged
     buun fit [RECIPE] [--gpu-mem 24] [--ctx N] [--ctk q8_0] [--draft-max N] [--tree-budget N] [--measure]
+             [--slots N] [--ctx-per-slot N]
                                     GPU memory by component, the largest context that fits, knobs;
-                                    with a tree budget, what the tree adds over the chain
+                                    with a tree budget, what the tree adds over the chain; the largest
+                                    context per slot for 1 to 8 slots, what one more slot costs, and
+                                    how many slots of --ctx-per-slot tokens fit
 """
 
 from __future__ import annotations
 
 import shlex
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
@@ -142,6 +145,10 @@ def bench_cmd(
         "--tree-budget", metavar="N,N,...", help="Sweep the DDTree budget: one DFlash server per budget and the "
         "chain (0), each with the calibrated synthetic tree profile (--spec-synth-tree; needs patch 0029): the "
         "report's tok/s and AL against the budget.", show_default=False)] = None,
+    concurrency: Annotated[str | None, typer.Option(
+        "--concurrency", metavar="N,N,...", help="Also send N requests at once to each AR and chain DFlash "
+        "configuration on a server of N slots: per-request and aggregate tok/s, against one slot and against "
+        "AR at N.", show_default=False)] = None,
     no_ar: Annotated[bool, typer.Option("--no-ar", help="Skip the autoregressive baseline.")] = False,
     against: Annotated[Against | None, typer.Option(
         "--against", help="Also run every configuration on unpatched llama.cpp (`buun build --upstream` builds "
@@ -196,15 +203,20 @@ def bench_cmd(
         raise UsageError("--tree-budget sweeps servers buun starts itself; --url measures one running server",
                          "leave out --url (the synthetic pair is the default), or --tree-budget")
     budgets = bench_configs.tree_budgets(tree_budget) if tree_budget is not None else []
+    levels = _levels(concurrency) if concurrency is not None else []
+    if levels and url:
+        raise UsageError("--concurrency starts servers of N slots itself; --url measures one running server",
+                         "leave out --url (the synthetic pair is the default), or --concurrency")
     r = recipes.load(recipe)
     models = paths.models_dir(models_dir)
     overrides = bench_configs.common(ctx, draft_max, host_sampling, shlex.split(server_args))
     trees = bench_configs.tree_configs(budgets, r, overrides, models)  # a tree that cannot be served: before the models
     cfgs = bench_configs.configs(not no_ar, synthetic_al, trees)
+    cfgs += bench_configs.concurrency_configs(levels, cfgs, ctx)
     alone = bench_configs.without_twin(cfgs) if against else []
     if alone:
         console.warn(f"--against upstream: {', '.join(c.name for c in alone)} run on buun's build only "
-                     "(upstream llama.cpp has no tree verification)")
+                     "(upstream llama.cpp has no tree verification, and its DFlash slots need patches 0032-0033)")
     t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale, models)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = out or paths.bench_dir() / stamp
@@ -225,6 +237,9 @@ def bench_cmd(
         console.print_json(result.to_json())
     else:
         console.out.print(bench.table(result))
+        several = bench.concurrency_table(result)
+        if several is not None:
+            console.out.print(several)
         for line in bench.per_position(result):
             console.info(f"acceptance by position: {line}")
     console.ok(f"results: {json_path}")
@@ -235,6 +250,15 @@ def bench_cmd(
         return
     if report_:
         console.ok(f"report: {report.write(result.to_json(), out_dir / 'report.html')}")
+
+
+def _levels(value: str) -> list[int]:
+    """--concurrency 2,4: requests at once, each level servers of that many slots."""
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items or not all(v.isdigit() and 1 <= int(v) <= recipes.MAX_SLOTS for v in items):
+        raise UsageError(f"--concurrency {value!r}: expected a comma-separated list of request counts, "
+                         f"1 to {recipes.MAX_SLOTS}", "for example --concurrency 4, or --concurrency 2,4,8")
+    return [int(v) for v in items]
 
 
 def _no_chart(exc: NotReadyError) -> None:
@@ -322,7 +346,12 @@ def fit_cmd(
                       ] = None,
     batch: Annotated[int | None, typer.Option("--batch", help="-b (default: the recipe's).", show_default=False)
                      ] = None,
-    parallel: Annotated[int | None, typer.Option("--parallel", help="-np.", show_default=False)] = None,
+    slots: Annotated[int | None, typer.Option("--slots", "--parallel", help="Slots (-np): requests served at "
+                                              "once, each with -c / N of the context (default: the recipe's).",
+                                              show_default=False)] = None,
+    ctx_per_slot: Annotated[int | None, typer.Option("--ctx-per-slot", help="Context of each slot: -c is this "
+                                                     "times the slots; also says how many such slots fit.",
+                                                     show_default=False)] = None,
     tree_budget: Annotated[int | None, typer.Option("--tree-budget", help="Draft nodes of the DDTree verified per "
                                                     "step (--spec-tree-budget); 0 = the chain (default: the "
                                                     "recipe's).", show_default=False)] = None,
@@ -347,12 +376,19 @@ def fit_cmd(
     models = paths.models_dir(models_dir)
     base = fit.flags_from_recipe(r)
     kv = ctk or base.cache_type_k
+    if ctx and ctx_per_slot:
+        raise UsageError("--ctx and --ctx-per-slot both set the context", "give one of them: -c is the slots' total")
     flags = replace(base, ctx=ctx or base.ctx, cache_type_k=kv, cache_type_v=ctv or (kv if ctk else base.cache_type_v),
                     draft_max=base.draft_max if draft_max is None else draft_max,
                     draft_ctx=base.draft_ctx if ctx_draft is None else (ctx_draft or None),
-                    ubatch=ubatch or base.ubatch, batch=batch or base.batch, n_parallel=parallel or base.n_parallel,
+                    ubatch=ubatch or base.ubatch, batch=batch or base.batch,
                     rollback=rollback_name, tree_budget=base.tree_budget if tree_budget is None else
                     fit.check_tree_budget(tree_budget, "--tree-budget"))
+    n_slots = slots or base.n_parallel
+    # the ubatch grows with the slots as `buun serve --slots` makes it, unless given here
+    flags = fit.with_slots(r, flags, n_slots) if not ubatch else replace(flags, n_parallel=n_slots)
+    if ctx_per_slot:
+        flags = replace(flags, ctx=ctx_per_slot * n_slots)
     fit.check_tree(flags)
     gpu_gib = gpu_mem or _default_gpu_gib()
     weights = fit.default_weights(r, models)
@@ -361,11 +397,13 @@ def fit_cmd(
               "max_ctx": fit.max_context(r, flags, gpu_gib, margin, weights=weights),
               "prediction": pred.to_json(), "weights": weights.source,
               "knobs": fit.knobs(r, flags, gpu_gib, margin, weights=weights),
-              "tree_extra": _tree_extra(r, flags, weights)}
+              "tree_extra": _tree_extra(r, flags, weights),
+              "slots": _slots_report(r, flags, gpu_gib, margin, weights, ctx_per_slot)}
     measured, compared = _measure(r, flags, scale, models) if measure_ else (None, None)
     if json_out:
         report["knobs"] = [{"change": k.change, "total_gib": k.total_bytes / fit.GIB, "max_ctx": k.max_ctx}
                            for k in report["knobs"]]
+        report["slots"]["plans"] = [{**asdict(p), "ctx": p.ctx} for p in report["slots"]["plans"]]
         report["measured"] = measured.to_json() if measured else None
         report["measured_against"] = compared.to_json() if compared else None
         console.print_json(report)
@@ -382,6 +420,27 @@ def _tree_extra(r: recipes.Recipe, flags: fit.FitFlags, weights: fit.Weights) ->
         return None
     extra = fit.tree_extra(r, flags, weights=weights)
     return {"budget": flags.tree_budget, "bytes": sum(extra.values()), "by_component": extra}
+
+
+def _slots_report(r: recipes.Recipe, flags: fit.FitFlags, gpu_gib: float, margin: float, weights: fit.Weights,
+                  ctx_per_slot: int | None) -> dict[str, Any]:
+    """The slots' part of `buun fit`: for 1 to MAX_SLOTS slots the largest context each can have,
+    what one more slot than these flags' costs (at their context per slot), and, given a context
+    per slot, how many such slots fit."""
+    each = fit.cells(flags.ctx, flags.n_parallel) // flags.n_parallel
+    out: dict[str, Any] = {
+        "slots": flags.n_parallel, "ctx_per_slot": each,
+        "plans": fit.slot_plans(r, flags, gpu_gib, margin, weights=weights), "one_more": None,
+        "fit_at": None,
+    }
+    if flags.n_parallel < recipes.MAX_SLOTS and not flags.tree:
+        out["one_more"] = fit.slot_cost(r, flags, each, weights=weights)
+        # what any server needs for a slot, DFlash or not: its KV cells and its recurrent state
+        out["own_cache"] = out["one_more"].get("target_kv", 0) + fit.recurrent_plane(r.geometry_at("full").target)
+    if ctx_per_slot:
+        out["fit_at"] = {"ctx_per_slot": ctx_per_slot,
+                         "slots": fit.max_slots(r, flags, gpu_gib, margin, ctx_per_slot, weights=weights)}
+    return out
 
 
 def _measure(r: recipes.Recipe, flags: fit.FitFlags, scale: str | None, models: Path
@@ -405,12 +464,39 @@ def _print_fit(pred: fit.Prediction, report: dict) -> None:
     for k in report["knobs"]:
         table.add_row(k.change, _gib(k.total_bytes), str(k.max_ctx))
     console.out.print(table)
+    _print_slots(pred, report["slots"])
     extra = report["tree_extra"]
     if extra:
         labels = {c.key: c.label for c in pred.components}
         parts = ", ".join(f"{labels[k]} +{v / fit.MIB:.2f}" for k, v in extra["by_component"].items())
         console.out.print(f"tree budget {extra['budget']}: [bold]+{extra['bytes'] / fit.MIB:.2f} MiB[/] over the "
                           f"chain ({parts} MiB)")
+
+
+def _print_slots(pred: fit.Prediction, slots: dict[str, Any]) -> None:
+    table = Table(header_style="bold", box=None, title="slots (-np): the largest context each can have")
+    for col in ("slots", "context per slot", "-c", "-ub"):
+        table.add_column(col, justify="right")
+    for p in slots["plans"]:
+        style = "bold" if p.slots == slots["slots"] else None
+        table.add_row(str(p.slots), str(p.ctx_per_slot), str(p.ctx), str(p.ubatch), style=style)
+    console.out.print(table)
+    more = slots["one_more"]
+    if more:
+        labels = {c.key: c.label for c in pred.components}
+        own = slots["own_cache"]
+        rest = {k: v for k, v in more.items() if k != "target_kv"}
+        rest["recurrent"] = rest.get("recurrent", 0) - (own - more.get("target_kv", 0))
+        parts = ", ".join(f"{labels.get(k, k) if k != 'recurrent' else 'rollback plane and tape'} "
+                          f"+{v / fit.MIB:.1f}" for k, v in rest.items() if v)
+        console.out.print(f"one more slot ({slots['slots'] + 1}) at {slots['ctx_per_slot']} tokens each: "
+                          f"[bold]+{sum(more.values()) / fit.MIB:.1f} MiB[/]: its cache +{own / fit.MIB:.1f} "
+                          f"(KV cells and recurrent state), and +{sum(rest.values()) / fit.MIB:.1f} MiB ({parts})")
+    at = slots["fit_at"]
+    if at:
+        verdict = (f"[bold]{at['slots']}[/] slot(s) of {at['ctx_per_slot']} tokens fit" if at["slots"]
+                   else f"[red]not even one slot of {at['ctx_per_slot']} tokens fits[/]")
+        console.out.print(verdict)
 
 
 def register(app: typer.Typer) -> None:

@@ -5,11 +5,13 @@
     buun serve --host 0.0.0.0 --api-key KEY   other machines may connect (without a key: --no-api-key)
     buun serve --print-cmd [-- -c 4096]   show the llama-server command (secrets masked; models may be missing)
     buun serve --tree-budget 22           verify a DDTree of 22 draft nodes per step (0: the chain)
+    buun serve --slots 4                  serve 4 requests at once (each slot a share of -c)
     buun start [RECIPE] [same options]    the same supervisor, detached; returns once ready
     buun stop [NAME] [--all]              SIGTERM, grace, SIGKILL: no process left behind
     buun restart [NAME] [--models-dir DIR]   relaunch llama-server (a stopped instance: start it again);
                                           with --models-dir, the recipe's models from that folder
-    buun status [NAME] [--json]           state, PID, uptime, restarts, health, slots, DFlash figures
+    buun status [NAME] [--json]           state, PID, uptime, restarts, health, slots (each one's request and
+                                          acceptance), DFlash figures
     buun logs [NAME] [-f] [-n 50]         llama-server's output and the supervisor's events
     buun service install [RECIPE] [same options] [--now]   a systemd user unit running this launch
 
@@ -190,6 +192,8 @@ def _print_status(st: control.InstanceStatus) -> None:
         row("slots", slots.get("error") or f"{slots.get('total')} total"
             + (f", {slots['busy']} busy" if slots.get("busy") is not None else "")
             + (f", context {slots['n_ctx']} each" if slots.get("n_ctx") else ""))
+        for s in slots.get("per_slot") or []:
+            row(f"  slot {s['id']}", _slot_line(s))
     fl = probes.dflash if probes else None
     if fl:
         if fl.get("error"):
@@ -206,6 +210,23 @@ def _print_status(st: control.InstanceStatus) -> None:
     if r and r.error:
         row("error", r.error.get("message", "").splitlines()[0])
     row("log", r.log if r else None)
+
+
+def _slot_line(s: dict[str, Any]) -> str:
+    """`busy: task 12, 1840 tokens in context, 230 generated at 41.2 tok/s, 71% of drafts accepted (AL 7.4)`."""
+    if s.get("task") is None:
+        return "idle, unused"
+    state = "busy" if s["busy"] else "idle, last"
+    parts = [f"{state}: task {s['task']}"]
+    if s.get("context_tokens") is not None:
+        parts.append(f"{s['context_tokens']} tokens in context")
+    if s.get("generated") is not None:
+        speed = f" at {s['tokens_per_second']:.1f} tok/s" if s.get("tokens_per_second") else ""
+        parts.append(f"{s['generated']} generated{speed}")
+    if s.get("acceptance_rate") is not None:
+        al = f" (AL {s['mean_acceptance_length']:.2f})" if s.get("mean_acceptance_length") else ""
+        parts.append(f"{s['acceptance_rate']:.0%} of {s['drafted']} drafted accepted{al}")
+    return ", ".join(parts)
 
 
 def logs(

@@ -69,7 +69,7 @@ class Probe:
 
 
 def slots_summary(probe: Probe) -> dict[str, Any] | None:
-    """Slots from /slots when it is enabled, else the total from /props."""
+    """Slots from /slots when it is enabled (each one's too), else the total from /props."""
     status, body = probe.get_json("/slots")
     if status == 200 and isinstance(body, list):
         return {
@@ -77,6 +77,7 @@ def slots_summary(probe: Probe) -> dict[str, Any] | None:
             "busy": sum(1 for s in body if isinstance(s, dict) and s.get("is_processing")),
             "n_ctx": next((s.get("n_ctx") for s in body if isinstance(s, dict) and s.get("n_ctx")), None),
             "source": "/slots",
+            "per_slot": [slot_state(s) for s in body if isinstance(s, dict)],
         }
     if status == 401:
         return {"error": "needs the API key (--api-key or BUUN_API_KEY)"}
@@ -87,3 +88,23 @@ def slots_summary(probe: Probe) -> dict[str, Any] | None:
     if status == 401:
         return {"error": "needs the API key (--api-key or BUUN_API_KEY)"}
     return None
+
+
+def slot_state(slot: dict[str, Any]) -> dict[str, Any]:
+    """One slot of /slots: busy or idle, the tokens in its context, and its request's figures (the
+    running request's, an idle slot's last; `timings` is buun's patch 0035, absent upstream, when
+    they stay None). With several slots /metrics sums them all: this is each user's own."""
+    t = slot.get("timings") or {}
+    drafted, accepted, steps = (int(t.get(k) or 0) for k in ("draft_n", "draft_n_accepted", "draft_n_steps"))
+    return {
+        "id": slot.get("id"),
+        "busy": bool(slot.get("is_processing")),
+        "task": slot.get("id_task"),
+        "context_tokens": slot.get("n_prompt_tokens"),
+        "generated": t.get("predicted_n"),
+        "tokens_per_second": t.get("predicted_per_second") or None,
+        "drafted": drafted,
+        "accepted": accepted,
+        "acceptance_rate": accepted / drafted if drafted else None,
+        "mean_acceptance_length": 1 + accepted / steps if steps else None,
+    }

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from buun_tool import build, convert, fit, patches, pull, recipes
+from buun_tool import build, console, convert, fit, patches, pull, recipes
 from buun_tool.errors import NotReadyError, UsageError
 from buun_tool.server import command
 from buun_tool.server.command import Flag
@@ -127,19 +127,21 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
             draft: Path | None = None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
             extra: list[str] | None = None, drops: list[str] | None = None, api_key: str | None = None,
             no_api_key: bool = False, policy: Policy | None = None,
-            need_models: bool = True, tree_budget: int | None = None) -> tuple[LaunchSpec, str | None]:
+            need_models: bool = True, tree_budget: int | None = None,
+            slots: int | None = None) -> tuple[LaunchSpec, str | None]:
     """A launch spec from a recipe and the command-line options; also the API key to give
     llama-server (`api_key`, which the CLI fills from --api-key or BUUN_API_KEY, else an
     `--api-key` after `--` or in the recipe). No secret flag stays in the spec's flags (see
     command.SECRET_ENV). The target and draft not given by path are the recipe's in `models_dir`;
     without `need_models` they may still be missing (--print-cmd). `tree_budget` (--tree-budget)
-    replaces the recipe's server.tree.budget (with_tree)."""
+    replaces the recipe's server.tree.budget (with_tree), `slots` (--slots) its server.slots
+    (with_slots)."""
     from buun_tool.server.instance import check_name
 
     patches.rollback_from_env()  # llama-server would take a misspelt value for the tape without a word
     recipe = recipes.load(recipe_ref)
     resolved = launch_flags(recipe, command.parse_args(extra or []), drops or [], "the arguments after `--`",
-                            models_dir, tree_budget)
+                            models_dir, tree_budget, slots)
     flags, secrets, context = resolved.flags, resolved.secrets, resolved.context
     if not 0 < port < 65536:
         raise UsageError(f"--port {port}: expected 1..65535")
@@ -187,12 +189,12 @@ class Flags:
 
 
 def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str], source: str,
-                 models_dir: Path, tree_budget: int | None = None) -> Flags:
+                 models_dir: Path, tree_budget: int | None = None, slots: int | None = None) -> Flags:
     """The flags of every server buun runs for a recipe, `buun serve`'s and each `buun bench`
     configuration's: the recipe's, with `overrides` in the place of the recipe's flag of the same
     option (or added) and `drops` left out, secrets taken out, the tree's flags settled
-    (with_tree; a dropped --spec-tree-budget is the chain) and -c decided (with_context, weighing
-    the models in `models_dir`).
+    (with_tree; a dropped --spec-tree-budget is the chain), the slots' (with_slots) and -c decided
+    (with_context, weighing the models in `models_dir`).
     `source` names where the overrides came from, for the error of a flag buun sets itself."""
     base = command.recipe_flags(recipe.server_flags)
     command.check_unmanaged(base, f"the recipe {recipe.source}")
@@ -203,6 +205,7 @@ def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str]
     if command.TREE_BUDGET in {command.canonical(d) for d in drops}:
         tree_budget = 0  # no tree flag, not even the recipe's server.tree
     flags = with_tree(recipe, flags, overrides, tree_budget)
+    flags = with_slots(recipe, flags, overrides, slots)
     flags, context = with_context(recipe, flags, overrides, models_dir)
     return Flags(flags, secrets, context, _kept(base, overrides))
 
@@ -247,6 +250,48 @@ def with_tree(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag], 
             out.append((command.TREE_K, str(recipe.tree_k)))
     fit.check_tree(fit.flags_from_server_flags({name: True if v is None else v for name, v in out}))
     return out
+
+
+def with_slots(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag], slots: int | None) -> list[Flag]:
+    """The flags with the slots' settings: -np N, N being --slots, else a -np among the flags (after
+    `--` or in the recipe's server.flags), else the recipe's server.slots; and -ub and -b raised,
+    where the recipe's are smaller, to hold every slot's verify in one ubatch (fit.with_slots), so
+    that the slots verify in one target forward. A -ub or -b after `--` is kept as given, with a
+    warning when it splits the slots' verify."""
+    if slots is not None and any(command.canonical(n) == "-np" for n, _ in overrides):
+        raise UsageError("--slots and a -np after `--` both set the number of slots", "give one of them")
+    given = [v for n, v in flags if command.canonical(n) == "-np"]
+    n = slots if slots is not None else _slots_flag(given[-1]) if given else recipe.slots
+    given_flags = {name: True if v is None else v for name, v in flags}
+    current = fit.flags_from_server_flags(given_flags)
+    if command.option(given_flags, "--spec-type") is None:  # no drafter (bench's AR): a token a slot
+        current = replace(current, draft_max=0)
+    planned = fit.with_slots(recipe, current, n)
+    out = [f for f in flags if command.canonical(f[0]) != "-np"] + [("-np", str(n))]
+    if planned.ubatch <= min(current.ubatch, current.batch):
+        return out
+    mine = {command.canonical(name) for name, _ in overrides} & {"-ub", "-b"}
+    if mine:
+        console.warn(f"{n} slots verify {planned.ubatch} tokens a step, more than -ub {current.ubatch} "
+                     f"(-b {current.batch}): the slots verify in more than one target forward "
+                     f"(`-- -ub {planned.ubatch} -b {planned.batch}` holds them all)")
+        return out
+    return _set_flag(_set_flag(out, "-ub", planned.ubatch), "-b", planned.batch)
+
+
+def _set_flag(flags: list[Flag], canonical_name: str, value: int) -> list[Flag]:
+    """The flags with that option's value replaced in its place, or added."""
+    at = next((i for i, (n, _) in enumerate(flags) if command.canonical(n) == canonical_name), None)
+    if at is None:
+        return [*flags, (canonical_name, str(value))]
+    return [*flags[:at], (flags[at][0], str(value)), *flags[at + 1:]]
+
+
+def _slots_flag(value: str | None) -> int:
+    if value is None or not value.isdigit():
+        shown = "-np" + (f" {value}" if value is not None else " without a value")
+        raise UsageError(f"{shown}: expected a number of slots", f"1 to {recipes.MAX_SLOTS}; `buun serve --slots N`")
+    return int(value)
 
 
 def _budget_flag(value: str | None) -> int:

@@ -1,0 +1,286 @@
+"""DFlash with several slots (-np N): the real llama-server of the build under test on the tiny pair.
+
+Every slot keeps its own tape, features and draft state, and the slots' verify blocks go through
+one target forward; requests that start, stop and are cancelled at different times must not
+disturb each other:
+
+- concurrent greedy requests of different lengths on 2, 4 and 8 slots each give their AR output
+  (exactly on the CPU; on a GPU build up to the harness's tie rule), and /slots reports each
+  slot's own draft statistics (patch 0035);
+- under synthetic partial acceptance every slot's output is what the same request gives alone on
+  one slot, and a slot's cached state, after its rollbacks and the other slots' work, is the state
+  decoding its tokens from scratch gives (patch 0032);
+- the features of a verify batch of several slots stay on the device and draft as the host's
+  (patch 0034);
+- a request cancelled mid-stream leaves the other slot's output unchanged, and its slot, reused,
+  starts clean;
+- a slot saved and restored while another slot generates holds its state, its drafter's included
+  (patch 0036).
+
+Exact comparisons between runs whose batches differ (one slot against several, device against
+host features under staggered requests) hold on the CPU, whose kernels compute a row the same in
+any batch; a CUDA build picks kernels by batch size, so those run on the CPU only.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.llama_proc import Server, gpu_layers, llama_server
+from tests.test_correctness import (
+    DFLASH,
+    EXACT,
+    TOL_FLOOR,
+    TOP_K,
+    _base,
+    _greedy_matches,
+    _logprob_diff,
+    _spec_stats,
+    _tie_tol,
+)
+
+pytestmark = pytest.mark.slow
+
+CTX_PER_SLOT = 1024
+SYNTH = ["--spec-synth-len", "2.5"]  # random partial acceptance: every step rolls back
+# draft candidates of the DFlash drafter, by sequence (common/speculative.cpp logs three per drafted
+# position with -v)
+CANDIDATE = re.compile(r"seq_id (\d+), draft candidate +\d+, pos +\d+: +\d+ \( *[-\d.]+\)")
+DEVICE_ROWS = re.compile(r"features of (\d+) rows from the device")  # patch 0034, with -v
+
+cpu_exact = pytest.mark.skipif(bool(gpu_layers()), reason="exact across different batches on the CPU only")
+
+
+def _prompt(k: int, n: int) -> list[int]:
+    """Prompt k of n token ids: different lengths put each slot's blocks at other offsets."""
+    return [1000 + (37 * i + 7 * k) % 4000 for i in range(n)]
+
+
+def _slots_args(pair: tuple[Path, Path], n_slots: int, *extra: str) -> list[str]:
+    target, draft = pair
+    return ["-m", str(target), "-np", str(n_slots), "-c", str(CTX_PER_SLOT * n_slots), *gpu_layers(),
+            "-md", str(draft), *DFLASH, *extra]
+
+
+def _concurrently(calls: list[Callable[[], Any]], stagger: float = 0.0) -> list[Any]:
+    """Run each call on a thread of its own (call i starts i * stagger seconds after the first);
+    their results in order. An exception in a call fails the test with it."""
+    results: list[Any] = [None] * len(calls)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        time.sleep(i * stagger)
+        try:
+            results[i] = calls[i]()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def _slots(server: Server) -> list[dict[str, Any]]:
+    r = requests.get(server.url + "/slots", timeout=30)
+    assert r.status_code == 200, r.text[:300]
+    return r.json()
+
+
+@pytest.mark.parametrize(("n_slots", "n_gen"), [(2, 40), (4, 24), (8, 8)])
+def test_concurrent_greedy_requests_equal_ar(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
+                                             n_slots: int, n_gen: int) -> None:
+    """N requests of different prompt and output lengths at once on N slots, each pinned to its
+    slot: each gives the tokens of greedy AR decoding. Eight slots draft in two drafter decodes at
+    -ub 64 (patch 0033; upstream's one decode aborted) and verify with their cells kept in place
+    (patch 0032; upstream's moved a slot's tape away: `failed to remove sequence`). /slots then
+    reports each slot's last request as its response did (patch 0035)."""
+    target, _ = tiny_pair_f32
+    prompts = [_prompt(k, 10 + 9 * k) for k in range(n_slots)]
+    lengths = [n_gen + 5 * k for k in range(n_slots)]
+    args = _slots_args(tiny_pair_f32, n_slots, *EXACT)
+    with llama_server(llama_bin, args, tmp_path / "slots.log") as spec:
+        got = _concurrently([lambda k=k: spec.complete(prompts[k], lengths[k], id_slot=k) for k in range(n_slots)])
+        reported = {s["id"]: s.get("timings") for s in _slots(spec)}
+    with llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar:
+        for k, out in enumerate(got):
+            assert len(out["tokens"]) == lengths[k]
+            _greedy_matches(ar, prompts[k], out["tokens"], _tie_tol())
+    for k, out in enumerate(got):
+        assert _spec_stats(out)[0] > 0, f"slot {k} verified no draft"
+        timings = reported[k]
+        assert timings, f"/slots has no timings for slot {k}"
+        assert (timings["draft_n"], timings["draft_n_accepted"]) == _spec_stats(out)
+        assert timings["predicted_n"] == lengths[k] and timings["draft_n_steps"] > 0
+
+
+@cpu_exact
+def test_partial_acceptance_on_four_slots_equals_one_slot(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
+                                                          tmp_path: Path) -> None:
+    """Synthetic acceptance accepts a random prefix of every draft (the draw seeded by the
+    request), so every step of every slot rolls its tape back in a batch shared with the others:
+    each request's tokens and draft statistics on four busy slots are those it gives alone."""
+    prompts = [_prompt(k, 10 + 9 * k) for k in range(4)]
+    lengths = [40 + 7 * k for k in range(4)]
+    with llama_server(llama_bin, _slots_args(tiny_pair_f32, 1, *EXACT, *SYNTH), tmp_path / "one.log") as one:
+        alone = [one.complete(p, n, seed=11 + k) for k, (p, n) in enumerate(zip(prompts, lengths, strict=True))]
+    with llama_server(llama_bin, _slots_args(tiny_pair_f32, 4, *EXACT, *SYNTH), tmp_path / "four.log") as four:
+        together = _concurrently([lambda k=k: four.complete(prompts[k], lengths[k], seed=11 + k, id_slot=k)
+                                  for k in range(4)])
+    for k in range(4):
+        drafted, accepted = _spec_stats(together[k])
+        assert 0 < accepted < drafted, f"slot {k}: need partial acceptance, got {accepted}/{drafted}"
+        assert together[k]["tokens"] == alone[k]["tokens"], f"slot {k}: the tokens differ from one slot's"
+        assert _spec_stats(together[k]) == _spec_stats(alone[k])
+
+
+def test_a_cached_slot_keeps_its_state_while_the_others_work(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
+                                                             tmp_path: Path) -> None:
+    """Slot 2 generates under synthetic partial acceptance and keeps its cache; slots 0 and 1, busy
+    before and after it, then serve requests together. Slot 2's state must stay the state decoding
+    its tokens from scratch gives: the next-token log-probabilities on its cache, against a fresh
+    AR server's. Upstream's recurrent memory re-ordered the cells for the other slots' ubatch and
+    moved slot 2's out of place without its pending replay (patch 0032): nothing in common."""
+    target, _ = tiny_pair_f32
+    mine, theirs = _prompt(2, 28), [_prompt(k, 30 + 5 * k) for k in range(2)]
+    with llama_server(llama_bin, _slots_args(tiny_pair_f32, 3, *EXACT, *SYNTH), tmp_path / "spec.log") as spec, \
+            llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar:
+        spec.complete(theirs[0][:8], 4, id_slot=0)  # the slots' cells in the order of their first use
+        gen = spec.complete(mine, 37, id_slot=2, cache_prompt=True, seed=5)
+        drafted, accepted = _spec_stats(gen)
+        assert 0 < accepted < drafted, f"need partial acceptance, got {accepted}/{drafted}"
+        spec.complete(theirs[1][:8], 4, id_slot=1)
+        _concurrently([lambda k=k: spec.complete(theirs[k], 30, id_slot=k, cache_prompt=True) for k in range(2)])
+        seq = mine + gen["tokens"] + [1234]
+        cached = spec.complete(seq, 1, cache_prompt=True, n_probs=TOP_K, id_slot=2)
+        assert cached["timings"]["prompt_n"] <= 2, "slot 2's cache was not reused: nothing was checked"
+        fresh = ar.complete(seq, 1, n_probs=TOP_K)
+    diff = _logprob_diff(fresh, cached)
+    assert diff <= TOL_FLOOR, f"slot 2's cached state differs from decoding from scratch by {diff:.3g}"
+
+
+def _candidates(log: Path, start: int = 0) -> dict[str, list[str]]:
+    """The draft candidates logged after byte `start`, by sequence, in order."""
+    out: dict[str, list[str]] = {}
+    for m in CANDIDATE.finditer(log.read_text(errors="replace")[start:]):
+        out.setdefault(m.group(1), []).append(m.group(0))
+    return out
+
+
+@cpu_exact
+def test_device_features_of_two_slots_draft_as_host_features(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
+                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patch 0034: a verify batch of two slots keeps its features on the device, each slot's rows a
+    range of the capture. The second request starts a second later, so some batches hold one slot's
+    verify and the other's prompt tail, which the memory splits into two ubatches: those go
+    through the host. Every slot's draft candidates and tokens must be the host path's
+    (LLAMA_DFLASH_DEVICE_FEATURES=0), and batches of both slots must have been captured."""
+    prompts = [_prompt(0, 10), _prompt(1, 30)]
+    args = _slots_args(tiny_pair_f32, 2, *SYNTH, "-v")
+    runs = {}
+    for device in ("1", "0"):
+        monkeypatch.setenv("LLAMA_DFLASH_DEVICE_FEATURES", device)
+        log = tmp_path / f"features-{device}.log"
+        with llama_server(llama_bin, args, log) as spec:
+            tokens = _concurrently([lambda k=k: spec.complete(prompts[k], 80, seed=3 + k, id_slot=k)["tokens"]
+                                    for k in range(2)], stagger=1.0)
+        captured = {int(n) for n in DEVICE_ROWS.findall(log.read_text(errors="replace"))}
+        runs[device] = (tokens, _candidates(log), captured)
+    assert 2 * 16 in runs["1"][2], f"no verify batch of both slots was captured: {sorted(runs['1'][2])}"
+    assert not runs["0"][2]
+    assert set(runs["1"][1]) == {"0", "1"} and min(map(len, runs["1"][1].values())) >= 3 * 40
+    assert runs["1"][:2] == runs["0"][:2], "the drafts differ between device and host features"
+
+
+def _stream_then_close(server: Server, prompt: list[int], events: int, **extra: Any) -> int:
+    """Start a streamed greedy request and close the connection after `events` tokens (the server
+    then cancels the task); the events read."""
+    body = {"prompt": prompt, "n_predict": 400, "temperature": 0.0, "top_k": 1, "ignore_eos": True,
+            "stream": True, "cache_prompt": True, **extra}
+    n = 0
+    with requests.post(server.url + "/completion", json=body, stream=True, timeout=300) as r:
+        assert r.status_code == 200, r.text[:300]
+        for line in r.iter_lines():
+            n += line.startswith(b"data:")
+            if n >= events:
+                break
+    return n
+
+
+def _idle(server: Server, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while any(s["is_processing"] for s in _slots(server)):
+        assert time.monotonic() < deadline, "a slot is still processing"
+        time.sleep(0.2)
+
+
+def test_a_cancelled_request_leaves_the_other_slot_alone(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
+                                                         tmp_path: Path) -> None:
+    """Slot 1 generates while a streamed request on slot 0 is closed after ten tokens, mid-step:
+    slot 1's tokens are AR's. Slot 0, reused by the same prompt with its cache and by another
+    prompt, starts clean: AR's tokens both times."""
+    target, _ = tiny_pair_f32
+    mine, theirs, other = _prompt(0, 23), _prompt(1, 40), _prompt(2, 30)
+    with llama_server(llama_bin, _slots_args(tiny_pair_f32, 2, *EXACT), tmp_path / "spec.log") as spec:
+        busy = _concurrently([lambda: spec.complete(theirs, 64, id_slot=1),
+                              lambda: _stream_then_close(spec, mine, 10, id_slot=0)], stagger=0.5)[0]
+        _idle(spec)
+        again = spec.complete(mine, 32, id_slot=0, cache_prompt=True)
+        fresh = spec.complete(other, 32, id_slot=0, cache_prompt=True)
+    assert again["timings"]["prompt_n"] < len(mine), "the cancelled slot's cache was not reused"
+    with llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar:
+        for prompt, out in ((theirs, busy), (mine, again), (other, fresh)):
+            _greedy_matches(ar, prompt, out["tokens"], _tie_tol())
+
+
+def test_slot_save_and_restore_while_another_slot_generates(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
+                                                            tmp_path: Path) -> None:
+    """Slot 0 is saved, overwritten and restored while slot 1 generates; slot 0 then continues its
+    cached conversation. Both give AR's tokens, and the continuation on the restored slot drafts
+    exactly as the live slot does without the save (patch 0036 saves the drafter's state of the
+    slot beside the target's; without it the drafter kept what the slot served in between)."""
+    target, _ = tiny_pair_f32
+    mine, theirs = _prompt(0, 23), _prompt(1, 40)
+    runs: dict[str, tuple[list[int], dict[str, Any], dict[str, Any], dict[str, list[str]]]] = {}
+    for mode in ("live", "restored"):
+        save_dir = tmp_path / f"saves-{mode}"
+        save_dir.mkdir()
+        log = tmp_path / f"{mode}.log"
+        args = _slots_args(tiny_pair_f32, 2, *EXACT, "-v", "--slot-save-path", f"{save_dir}/")
+        with llama_server(llama_bin, args, log) as spec:
+            first = spec.complete(mine, 40, id_slot=0, cache_prompt=True)["tokens"]
+
+            def save_and_restore(spec: Server = spec) -> None:
+                spec.post("/slots/0?action=save", {"filename": "slot0.bin"})
+                spec.complete(_prompt(3, 17), 4, id_slot=0)  # the slot now holds something else
+                spec.post("/slots/0?action=restore", {"filename": "slot0.bin"})
+                assert any(s["is_processing"] for s in _slots(spec)), "slot 1 finished before the restore"
+
+            actions = [save_and_restore] if mode == "restored" else [lambda: None]
+            busy = _concurrently([lambda spec=spec: spec.complete(theirs, 96, id_slot=1), *actions], stagger=1.0)[0]
+            _idle(spec)
+            mark = len(log.read_text(errors="replace"))
+            conversation = mine + first + [1234]
+            cont = spec.complete(conversation, 24, id_slot=0, cache_prompt=True)
+            assert cont["timings"]["prompt_n"] <= 2, "the slot's cache was not used: nothing was checked"
+            runs[mode] = (conversation, cont, busy, _candidates(log, mark))
+    with llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar:
+        conversation, cont, busy, _ = runs["restored"]
+        _greedy_matches(ar, theirs, busy["tokens"], _tie_tol())
+        _greedy_matches(ar, conversation, cont["tokens"], _tie_tol())
+    live, restored = runs["live"][3].get("0"), runs["restored"][3].get("0")
+    assert live, "the continuation drafted nothing"
+    assert restored == live, "the restored slot drafts from another context than the live one"
+    assert (tmp_path / "saves-restored" / "slot0.bin.draft").is_file(), "no drafter state beside the slot's save"
