@@ -34,7 +34,7 @@ from buun_tool.stage import StageStatus, current, stale
 # the tree patches' checks (CI on the CPU build, `scripts/gpu_run.sh tree-ops` on CUDA): test-tree-ssm the ops
 # of 0025 on every backend of the build, test-ddtree the builder of 0026, test-tree-decode 0027-0028
 TARGETS = ("llama-server", "llama-quantize", "llama-cli", "llama-bench", "llama-speculative-simple",
-           "test-tree-ssm", "test-ddtree", "test-tree-decode")
+           "ggml-rpc-server", "test-tree-ssm", "test-ddtree", "test-tree-decode")
 VARIANTS = ("cuda", "cpu")
 STAMP = "buun-build.json"
 UPSTREAM = "upstream"  # the unpatched pin's build folders: upstream-cpu, upstream-cuda; its source: upstream-src
@@ -53,6 +53,7 @@ COMMON_FLAGS = (
     "-DLLAMA_BUILD_EXAMPLES=ON",  # llama-speculative-simple lives in examples/
     "-DLLAMA_BUILD_TOOLS=ON",
     "-DLLAMA_BUILD_SERVER=ON",
+    "-DGGML_RPC=ON",  # llama-server's --rpc and ggml-rpc-server, which `buun worker` runs on other machines
 )
 # GB of memory one compile job may take: nvcc on the FA kernels is the hungry one.
 MEM_PER_JOB_GB = {"cuda": 3.0, "cpu": 1.0}
