@@ -206,7 +206,7 @@ def summary(spec: spec_mod.LaunchSpec, result: Smoke, has_key: bool = False) -> 
 
 # --- the plan and the run -------------------------------------------------------------------
 
-@dataclass
+@dataclass(frozen=True)
 class PlanRow:
     stage: str
     action: str  # skip | run | check
@@ -241,19 +241,20 @@ def _stage_row(ctx: Context, stage: Stage, running: list[str]) -> PlanRow:
     assert stage.status is not None
     first = [name for name in stage.after if name in running]
     status = stale(f"{' and '.join(first)} run(s) first") if first else stage.status(ctx)
-    row = PlanRow(stage.name, "skip" if status.current else "run", _what(ctx, stage), status.detail)
+    detail = status.detail
     if stage.name == "pull" and not status.current:
-        row.detail += f"; {_download_detail(ctx)}"
-    return row
+        detail += f"; {_download_detail(ctx)}"
+    return PlanRow(stage.name, "skip" if status.current else "run", _what(ctx, stage), detail)
 
 
-def _serve_row(ctx: Context, stage: Stage, argv: list[str]) -> PlanRow:
+def _serve_row(ctx: Context, stage: Stage, argv: list[str], shown: str) -> PlanRow:
+    """`shown`: the command as the plan prints it (the API key masked)."""
     inst = instance.Instance(ctx.recipe.name)
     running = inst.read_spec()
     same = (control.status(inst).state == State.READY and bool(running)
             and spec_mod.LaunchSpec.from_json(running).argv == argv)
     return PlanRow(stage.name, "skip" if same else "run",
-                   f"{ctx.recipe.name} is already running with this command" if same else stage.what)
+                   f"{ctx.recipe.name} is already running with this command" if same else stage.what, shown)
 
 
 def plan(ctx: Context) -> list[PlanRow]:
@@ -276,8 +277,7 @@ def plan(ctx: Context) -> list[PlanRow]:
     rows: list[PlanRow] = []
     for stage in STAGES:
         if stage.name == "serve":
-            rows.append(_serve_row(ctx, stage, argv))
-            rows[-1].detail = command.display(argv, key)
+            rows.append(_serve_row(ctx, stage, argv, command.display(argv, key)))
         elif stage.status is None:
             rows.append(PlanRow(stage.name, "check", stage.what + (" (CPU: no CUDA needed)" if ctx.cpu else "")))
         else:
