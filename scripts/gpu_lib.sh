@@ -206,7 +206,7 @@ gpu_pack() {
         d=${d%/}
         [ -d "$d" ] || continue
         mkdir -p "$W/pack/$(basename "$d")"
-        cp "$d"/*.json "$d"/*.png "$W/pack/$(basename "$d")/" 2>/dev/null
+        cp "$d"/*.json "$d"/*.png "$d"/*.html "$W/pack/$(basename "$d")/" 2>/dev/null
         for f in "$d"/server-*.log; do
             grep -E "buffer size|rollback =|spec profile|graphs reused|eval time|draft acceptance|cuda graph debug" "$f" \
                 > "$W/pack/$(basename "$d")/$(basename "$f")"

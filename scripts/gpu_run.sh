@@ -125,7 +125,7 @@ part_upstream() {
         step build-upstream 1500 $BUUN build --upstream --jobs 16 || return 1
     fi
     cp vendor/build/upstream-cuda/buun-build.json "$RES/buun-build-upstream.json"
-    step bench-upstream 1200 $BUUN bench "${BENCH[@]}" --against upstream --synthetic-al 1 --synthetic-al 7.67 \
+    step bench-upstream 1200 $BUUN bench "${BENCH[@]}" --against upstream --report --synthetic-al 1 --synthetic-al 7.67 \
         --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-upstream"
 }
 
