@@ -173,6 +173,10 @@ class Weights:
     target_host: int  # token_embd stays in host memory
     drafter_gpu: int
     source: str
+    # the target's GPU bytes by block (blk.N.*, as many as the GGUF's block_count) and of the output
+    # layer (output.weight, output_norm): what a layer split (split.py) puts on each card
+    layers: tuple[int, ...] = ()
+    output: int = 0
 
 
 def _split(tensors: list[tuple[str, int]]) -> tuple[int, int]:
@@ -180,11 +184,33 @@ def _split(tensors: list[tuple[str, int]]) -> tuple[int, int]:
     return sum(n for _, n in tensors) - host, host
 
 
+_BLOCK = re.compile(r"blk\.(\d+)\.")
+
+
+def _by_layer(tensors: list[tuple[str, int]]) -> tuple[tuple[int, ...], int]:
+    """(bytes of each block, bytes of the rest but token_embd: the output layer)."""
+    blocks: dict[int, int] = {}
+    output = 0
+    for name, n in tensors:
+        m = _BLOCK.match(name)
+        if m:
+            blocks[int(m.group(1))] = blocks.get(int(m.group(1)), 0) + n
+        elif name != "token_embd.weight":
+            output += n
+    return tuple(blocks.get(i, 0) for i in range(max(blocks, default=-1) + 1)), output
+
+
+def _target_weights(tensors: list[tuple[str, int]], drafter_gpu: int, source: str) -> Weights:
+    tgpu, thost = _split(tensors)
+    layers, output = _by_layer(tensors)
+    return Weights(tgpu, thost, drafter_gpu, source, layers, output)
+
+
 def weights_from_plan(recipe: Recipe, scale: str, target_type: str, draft_type: str) -> Weights:
     pair = synth.plan_pair(recipe, scale, target_type, draft_type)
-    tgpu, thost = _split([(t.name, t.nbytes) for t in pair.target.tensors])
     dgpu, _ = _split([(t.name, t.nbytes) for t in pair.drafter.tensors])
-    return Weights(tgpu, thost, dgpu, f"geometry ({scale}) x {target_type} / {draft_type}")
+    return _target_weights([(t.name, t.nbytes) for t in pair.target.tensors], dgpu,
+                           f"geometry ({scale}) x {target_type} / {draft_type}")
 
 
 def _gguf_tensors(path: Path) -> list[tuple[str, int]]:
@@ -206,10 +232,9 @@ def default_weights(recipe: Recipe, models_dir: Path, target_type: str | None = 
 
 
 def weights_from_files(target: Path, drafter: Path | None) -> Weights:
-    tgpu, thost = _split(_gguf_tensors(target))
     dgpu = _split(_gguf_tensors(drafter))[0] if drafter else 0
     names = target.name + (f" + {drafter.name}" if drafter else "")
-    return Weights(tgpu, thost, dgpu, f"GGUF files ({names})")
+    return _target_weights(_gguf_tensors(target), dgpu, f"GGUF files ({names})")
 
 
 # --- the other components --------------------------------------------------------------------
@@ -291,13 +316,21 @@ def _target_compute(t: TargetGeometry, f: FitFlags) -> int:
     ~6 of the delta-net value width), one delta-net state per layer for each rollback plane the
     graph writes (none with the tape), or the logits of the verified block, whichever is larger;
     plus the f16 KQ mask."""
+    activations, logits, mask = target_compute_parts(t, f)
+    return max(activations, logits) + mask
+
+
+def target_compute_parts(t: TargetGeometry, f: FitFlags) -> tuple[int, int, int]:
+    """_target_compute's terms: (a layer's activations and rollback states, the verify's logits,
+    the KQ mask). A layer split holds the first on every card, the logits on the output layer's
+    and the mask, a graph input, on each card (split.py)."""
     ub = min(f.ubatch, f.batch)
     per_token = 4 * max(4 * t.intermediate_size, int(5.67 * t.value_dim))
     n_rs = f.rs_rows if f.spec and f.rollback == "snapshot" else 0
     states = n_rs * t.linear_key_head_dim * t.value_dim * 4
     logits = f.verify_width * f.n_parallel * t.vocab_size * 4
     mask = ub * cells(f.ctx, f.n_parallel) * 2
-    return max(ub * per_token + states, logits) + mask
+    return ub * per_token + states, logits, mask
 
 
 def feature_rows(d: DrafterGeometry, f: FitFlags) -> int:
@@ -430,11 +463,12 @@ class ContextChoice:
 
 
 def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: bool, models_dir: Path,
-                   gpus: list[build.Gpu] | None = None) -> ContextChoice:
+                   gpus: list[build.Gpu] | None = None, draft: int | None = None) -> ContextChoice:
     """-c from the merged llama-server flags: a number given on the command line or pinned by the
     recipe is kept; `fit` (or none) is the largest context `buun fit` finds for the GPU here, with
     the flags' KV types, draft and batch sizes and the models in `models_dir` (as `buun fit
-    --models-dir` weighs them); without a GPU (or with -ngl 0), FitFlags' default."""
+    --models-dir` weighs them); without a GPU (or with -ngl 0), FitFlags' default. With `draft`
+    (the drafter's card, a position in `gpus`), several `gpus` are a layer split (split.py)."""
     given = command.option(flags, "-c", FIT)
     if str(given) != FIT:
         if not str(given).isdigit():
@@ -452,12 +486,23 @@ def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: 
         return ContextChoice(default, f"no GPU found to fit: buun's default{each}")
     gpu, gib = gpus[0], gpus[0].memory_mib / 1024
     fit_flags = replace(flags_from_server_flags(flags), rollback=patches.rollback_from_env())
-    best = max_context(recipe, fit_flags, gib, MARGIN_GIB, weights=default_weights(recipe, models_dir))
+    weights = default_weights(recipe, models_dir)
+    where, command_line = f"the {gpu.name} ({gib:.1f} GiB)", f"`buun fit {recipe.name}`"
+    if draft is not None and len(gpus) > 1:
+        from buun_tool import split
+
+        cards = [split.Card(g.memory_mib / 1024, g.index, g.name) for g in gpus]
+        best = split.max_context(recipe, fit_flags, cards, draft, weights, MARGIN_GIB)
+        where = f"GPUs {','.join(str(g.index) for g in gpus)} split by layers " \
+                f"({' + '.join(f'{c.gib:.1f}' for c in cards)} GiB)"
+        command_line = f"`buun fit {recipe.name} --gpus {','.join(str(g.index) for g in gpus)}`"
+    else:
+        best = max_context(recipe, fit_flags, gib, MARGIN_GIB, weights=weights)
     if not best:
-        return ContextChoice(default, f"no context fits the {gpu.name} ({gib:.1f} GiB) with these flags: "
-                             f"buun's default; `buun fit {recipe.name}` shows what would fit")
+        return ContextChoice(default, f"no context fits {where} with these flags: "
+                             f"buun's default; {command_line} shows what would fit")
     each = f", {cells(best, n_slots) // n_slots} for each of {n_slots} slots" if n_slots > 1 else ""
-    return ContextChoice(best, f"the largest that fits the {gpu.name} ({gib:.1f} GiB), from `buun fit`{each}")
+    return ContextChoice(best, f"the largest that fits {where}, from `buun fit`{each}")
 
 
 @dataclass

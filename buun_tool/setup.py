@@ -188,7 +188,7 @@ def summary(spec: spec_mod.LaunchSpec, result: Smoke, has_key: bool = False) -> 
         f"  target       {spec.target}",
         f"  drafter      {spec.draft}",
         f"  smoke test   {result.tokens} tokens at {result.tok_per_s:.1f} tok/s, {acc}",
-        f"  command      {command.display(spec.argv)}",
+        f"  command      {command.display(spec.argv, env=spec.env)}",
         "",
         "  curl:",
         f"    curl {spec.url}/v1/chat/completions -H 'Content-Type: application/json' \\"

@@ -68,7 +68,7 @@ def serve(
     `--drop FLAG` leaves a recipe flag out."""
     spec, key = opts.resolve(api_key, need_models=not print_cmd)
     if print_cmd:  # also before the models exist: the command shows the paths they will have
-        console.out.print(command.display(spec.argv, key), markup=False)
+        console.out.print(command.display(spec.argv, key, spec.env), markup=False)
         for problem in spec.missing_files():
             console.warn(f"{problem.message}; {problem.hint}")
         return
