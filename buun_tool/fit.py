@@ -666,6 +666,10 @@ class Measurement:
     gpu_used_mib: int | None  # nvidia-smi after load, minus before
     log_path: str
     components: dict[str, float] = field(default_factory=dict)  # MiB by prediction key
+    # a split over several cards: llama.cpp's GPU buffers by device (CUDA0, ...; features included)
+    # and nvidia-smi's used memory by card index, after load minus before
+    per_device_mib: dict[str, float] = field(default_factory=dict)
+    gpu_used_by_card: dict[int, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -719,10 +723,26 @@ def supports_flag(binary: Path, flag: str) -> bool:
     return re.search(rf"(^|[\s,]){re.escape(flag)}[\s,]", out.stdout + out.stderr, re.M) is not None
 
 
+def device_mib(sections: list[dict[str, dict[str, float]]], log: str) -> dict[str, float]:
+    """llama.cpp's GPU buffers by device, every model and kind together, with patch 0011's features."""
+    out: dict[str, float] = {}
+    for section in sections:
+        for devices in section.values():
+            for dev, mib in devices.items():
+                if is_gpu_buffer(dev):
+                    out[dev] = out.get(dev, 0.0) + mib
+    last = {m.group(2): float(m.group(1)) for m in _FEATURES.finditer(log) if is_gpu_buffer(m.group(2))}
+    for dev, mib in last.items():
+        out[dev] = out.get(dev, 0.0) + mib
+    return out
+
+
 def measure(recipe: Recipe, flags: FitFlags, models_dir: Path, log_dir: Path, scale: str | None = None,
-            load_timeout: float = 600.0) -> Measurement:
-    """Load the recipe's synthetic pair in the real llama-server with these flags; read its
-    buffer sizes and (with a GPU) nvidia-smi's used memory."""
+            load_timeout: float = 600.0, extra: list[Flag] | None = None,
+            env: Mapping[str, str] | None = None) -> Measurement:
+    """Load the recipe's synthetic pair in the real llama-server with these flags (and `extra`,
+    in the environment `env`: a split's); read its buffer sizes and (with a GPU) nvidia-smi's used
+    memory, by card."""
     on_gpu = bool(build.detect_gpus())
     scale = scale or ("full" if on_gpu else "tiny")
     binary = build.find_binary("llama-server")
@@ -731,16 +751,18 @@ def measure(recipe: Recipe, flags: FitFlags, models_dir: Path, log_dir: Path, sc
         flags = replace(flags, draft_ctx=None)
     target, drafter = synth.write_pair(recipe, models_dir, scale=scale)
     argv = command.server_argv(str(binary), str(target), str(drafter) if flags.spec else None, "127.0.0.1",
-                               process.free_port(), measure_flags(flags, cpu_only=not on_gpu))
+                               process.free_port(), [*measure_flags(flags, cpu_only=not on_gpu), *(extra or [])])
     log = log_dir / f"fit-measure-{scale}.log"
-    before = gpu.used_mib() if on_gpu else None
-    with LocalServer(argv, log, load_timeout, env={patches.ROLLBACK_ENV: flags.rollback}):
-        after = gpu.used_mib() if on_gpu else None
+    before = gpu.used_by_card() if on_gpu else None
+    with LocalServer(argv, log, load_timeout, env={patches.ROLLBACK_ENV: flags.rollback, **(env or {})}):
+        after = gpu.used_by_card() if on_gpu else None
     text = log.read_text(errors="replace")
     sections = parse_buffers(text)
-    used = after - before if after is not None and before is not None else None
+    by_card = {i: mib - before.get(i, 0) for i, mib in after.items()} if after is not None and before is not None \
+        else None
+    used = sum(by_card.values()) if by_card is not None else None
     components = _component_mib(sections, on_gpu)
     captured = features_mib(text, on_gpu)
     if captured is not None:
         components["features"] = captured
-    return Measurement(flags, scale, argv, sections, used, str(log), components)
+    return Measurement(flags, scale, argv, sections, used, str(log), components, device_mib(sections, text), by_card)

@@ -34,7 +34,7 @@ import typer
 from buun_tool import console, paths
 from buun_tool.cli.launch import ApiKeyOpt, LaunchOptions, launch_command
 from buun_tool.errors import Exit, UsageError
-from buun_tool.server import command, control, logfile, service
+from buun_tool.server import command, control, devices, logfile, service
 from buun_tool.server import spec as spec_mod
 from buun_tool.server.instance import Instance, all_instances
 from buun_tool.server.state import State
@@ -180,6 +180,7 @@ def _print_status(st: control.InstanceStatus) -> None:
         row("draft", r.draft)
     row("endpoint", st.endpoint if live else None)
     row("context", f"{st.context['value']} ({st.context['why']})" if st.context and live else None)
+    row("GPUs", devices.describe(st.placement) if st.placement and live else None)
     probes = st.probes
     row("health", probes.health if probes else None)
     if r and r.unresponsive_since:
@@ -206,7 +207,9 @@ def _print_status(st: control.InstanceStatus) -> None:
     gpu = probes.gpu if probes else None
     if gpu:
         used = ", ".join(f"GPU{g['index']} {g['used_mib']}/{g['total_mib']} MiB" for g in gpu.get("gpus", []))
-        row("GPU", f"llama-server {gpu.get('server_mib') or '?'} MiB; {used}")
+        mine = gpu.get("server_by_gpu") or {}
+        each = f" ({', '.join(f'GPU{i} {mib}' for i, mib in mine.items())})" if len(mine) > 1 else ""
+        row("GPU", f"llama-server {gpu.get('server_mib') or '?'} MiB{each}; {used}")
     if r and r.error:
         row("error", r.error.get("message", "").splitlines()[0])
     row("log", r.log if r else None)

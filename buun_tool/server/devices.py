@@ -115,8 +115,7 @@ def with_split(recipe: recipes.Recipe, flags: list[Flag], where: Placement, ctx:
         f = replace(f, draft_max=0)
     weights = fit.default_weights(recipe, models_dir)
     plan = split.plan(recipe, f, where.split_cards(), where.draft_position, weights)
-    ours: list[Flag] = [("-sm", "layer"), ("-ts", plan.ts), ("-dev", ",".join(f"CUDA{i}" for i in range(n))),
-                        ("-devd", f"CUDA{where.draft_position}")]
+    ours = split_flags(plan)
     if kept:
         shown = " ".join(f"{name} {given[name]}" if given[name] is not None else name for name in kept)
         console.warn(f"--gpus {','.join(map(str, where.gpus))}: keeping {shown} from the flags; buun would pass "
@@ -130,6 +129,12 @@ def with_split(recipe: recipes.Recipe, flags: list[Flag], where: Placement, ctx:
             console.warn(f"-ts {given['-ts']} at -c {ctx} overfills {full}: pass a smaller -c, or leave -ts out")
     info.update(split=plan.to_json(), kept=kept)
     return [*flags, *(flag for flag in ours if flag[0] not in kept)], info
+
+
+def split_flags(plan: split.Split) -> list[Flag]:
+    """`-sm layer -ts <layer counts> -dev CUDA0,...,CUDA<n-1> -devd CUDA<drafter's>`."""
+    return [("-sm", "layer"), ("-ts", plan.ts), ("-dev", ",".join(c.device for c in plan.cards)),
+            ("-devd", plan.draft.device)]
 
 
 def _proportions(value: str | None, n: int) -> list[float]:
