@@ -32,6 +32,7 @@ attention on), following the pinned upstream's allocations:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -214,8 +215,16 @@ def weights_from_plan(recipe: Recipe, scale: str, target_type: str, draft_type: 
 
 
 def _gguf_tensors(path: Path) -> list[tuple[str, int]]:
+    st = path.stat()
+    return list(_read_tensors(str(path), st.st_size, st.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=8)
+def _read_tensors(path: str, size: int, mtime_ns: int) -> tuple[tuple[str, int], ...]:
+    """A GGUF's tensors, read once per file as it is (the reader parses the whole vocabulary: seconds)."""
+    del size, mtime_ns  # the cache key: a changed file is read again
     reader = gguf.GGUFReader(path)
-    return [(t.name, int(t.n_bytes)) for t in reader.tensors]
+    return tuple((t.name, int(t.n_bytes)) for t in reader.tensors)
 
 
 def default_weights(recipe: Recipe, models_dir: Path, target_type: str | None = None,
