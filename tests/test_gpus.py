@@ -330,3 +330,23 @@ class TestHost:
             "GPU1 (NVIDIA GeForce RTX 4090) (CUDA_VISIBLE_DEVICES=1)"
         mem = gpu.memory_for(4242)
         assert mem and mem["server_by_gpu"] == {"0": 500, "1": 500} and mem["server_mib"] == 1000
+
+
+# --- the real llama-server ---------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_the_cpu_build_takes_the_split_flags(llama_bin: Path, tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    """The CPU build has no CUDA0 to name, but it parses -sm layer and the -ts buun plans for the
+    tiny pair over two cards (9 layers) and serves: the flags' spelling and form are llama-server's."""
+    from tests.llama_proc import llama_server
+
+    r = recipes.load()
+    plan = split.plan(r, replace(fit.flags_from_recipe(r), ctx=512), split.cards_from_gib([24, 24]), scale="tiny",
+                      weights=fit.weights_from_plan(r, "tiny", "q4_k_m", "q4_k"))
+    flags = dict(devices.split_flags(plan))
+    assert sum(plan.counts) == 9 and flags["-dev"] == "CUDA0,CUDA1" and flags["-devd"] == "CUDA1"
+    args = ["-m", str(tiny_pair[0]), "-md", str(tiny_pair[1]), "--spec-type", "dflash", "-c", "512",
+            "-sm", flags["-sm"], "-ts", flags["-ts"], "-dev", "none", "-devd", "none", "--no-webui"]
+    with llama_server(llama_bin, args, tmp_path / "split.log") as server:
+        out = server.complete("Hello", 8)
+        assert len(out["tokens"]) == 8
