@@ -6,6 +6,7 @@
     buun serve --print-cmd [-- -c 4096]   show the llama-server command (secrets masked; models may be missing)
     buun serve --tree-budget 22           verify a DDTree of 22 draft nodes per step (0: the chain)
     buun serve --slots 4                  serve 4 requests at once (each slot a share of -c)
+    buun serve --gpus 0,1 [--draft-gpu 0] the target split by layers over cards 0 and 1 (server/devices.py)
     buun start [RECIPE] [same options]    the same supervisor, detached; returns once ready
     buun stop [NAME] [--all]              SIGTERM, grace, SIGKILL: no process left behind
     buun restart [NAME] [--models-dir DIR]   relaunch llama-server (a stopped instance: start it again);
