@@ -6,6 +6,8 @@
     max_slots(recipe, flags, gpu_gib, margin, ctx)    -> how many slots of ctx tokens fit
     measure(recipe, flags)                            -> what the real llama-server allocates
 
+(split.py lays these components over the cards of a layer split: `buun fit --gpu-mem 24,24`.)
+
 What llama-server allocates on the GPU with every layer offloaded (-ngl 99 -ngld 99, flash
 attention on), following the pinned upstream's allocations:
 
@@ -356,7 +358,7 @@ def features(t: TargetGeometry, d: DrafterGeometry, f: FitFlags) -> int:
     return t.hidden_size * len(d.target_layer_ids) * feature_rows(d, f) * 4
 
 
-def _drafter_compute(t: TargetGeometry, d: DrafterGeometry, f: FitFlags) -> int:
+def drafter_compute(t: TargetGeometry, d: DrafterGeometry, f: FitFlags) -> int:
     """The drafter's graph holds logits and a hidden row for a whole ubatch, ub x (vocab + hidden)
     f32. It is reserved again with the on-device top-k sampler, which runs once over the rows
     (patch 0023) and adds little; run once per row, as upstream, it doubled the buffer (CPU build:
@@ -424,7 +426,7 @@ def predict(recipe: Recipe, flags: FitFlags, scale: str = "full", weights: Weigh
             Component("drafter_kv", "drafter KV cache", drafter_kv(d, f),
                       f"{d.num_hidden_layers} layers x {dc} cells, {f.draft_cache_type}"
                       + (f" (-cd {f.draft_ctx} window)" if f.draft_ctx else "")),
-            Component("drafter_compute", "drafter compute buffer", _drafter_compute(t, d, f),
+            Component("drafter_compute", "drafter compute buffer", drafter_compute(t, d, f),
                       f"-ub {f.ubatch} x vocab logits"),
             Component("features", "drafter's target features", features(t, d, f),
                       f"{len(d.target_layer_ids)} target layers x {feature_rows(d, f)} verify rows, f32"),

@@ -124,7 +124,7 @@ def _parts(recipe: Recipe, f: fit.FitFlags, n_cards: int, draft: int, weights: f
         parts = {"cuda_overhead": fit.CUDA_CONTEXT_MIB * fit.MIB}
         if f.spec and c == draft:
             parts.update(drafter_weights=weights.drafter_gpu, drafter_kv=fit.drafter_kv(d, f),
-                         drafter_compute=fit._drafter_compute(t, d, f), features=fit.features(t, d, f))
+                         drafter_compute=fit.drafter_compute(t, d, f), features=fit.features(t, d, f))
             parts["cuda_overhead"] += fit.DRAFT_CONTEXT_MIB * fit.MIB
         fixed.append(parts)
     return _Parts(w + [weights.output], [kv_each if a else 0.0 for a in attn] + [0.0],
