@@ -17,10 +17,12 @@ Each card holds its layers' weights, KV cache (full-attention layers) and recurr
 the output layer's) and a CUDA context. With several cards llama.cpp pipelines the layers
 (`pipeline parallelism enabled`): the scheduler keeps PIPELINE_COPIES copies of each graph input,
 the KQ mask and the hidden rows that cross cards, on every card. The drafter's card adds the
-drafter (weights, KV, compute), the target features it reads (copied there from the cards of the
-tapped layers) and the draft context's overhead. The per-card terms beyond the one-card
-calibration (a CUDA context per card, the input copies) are llama.cpp's rules, not yet measured:
-`buun fit --gpus 0,1 --measure` compares them with what the cards hold.
+drafter (weights, KV, compute), the target features it reads (counted on its card; a few MiB) and
+the draft context's overhead. A drafter off the output layer's card (--draft-gpu) borrows an
+lm_head that lives elsewhere: where its logits are computed then is llama.cpp's to settle, and the
+plan keeps them on the drafter's card. The per-card terms beyond the one-card calibration (a CUDA
+context per card, the input copies) are llama.cpp's rules, not yet measured: `buun fit --gpus 0,1
+--measure` compares them with what the cards hold.
 
 Within those rules the split leaves every card the same free memory, as far as whole layers
 allow: the drafter's card gets fewer target layers.
