@@ -350,3 +350,20 @@ def test_the_cpu_build_takes_the_split_flags(llama_bin: Path, tiny_pair: tuple[P
     with llama_server(llama_bin, args, tmp_path / "split.log") as server:
         out = server.complete("Hello", 8)
         assert len(out["tokens"]) == 8
+
+
+def test_status_prints_the_cards_and_each_ones_memory(two_cards: Path) -> None:
+    from buun_tool import console
+    from buun_tool.cli import server as server_cli
+    from buun_tool.server import control
+    from buun_tool.server.state import State
+
+    s, _ = spec.resolve(None, **GIVEN, gpus=(0, 1))
+    st = control.InstanceStatus("qwen", State.READY, True, placement=s.placement,
+                                probes=control.Probes("ok", None, None, gpu.memory_for(4242)))
+    with console.out.capture() as cap:
+        server_cli._print_status(st)
+    out = flat(cap.get())
+    assert s.placement and f"GPUs {devices.describe(s.placement)}" in out
+    assert "GPU llama-server 1000 MiB (GPU0 500, GPU1 500); GPU0 1000/24576 MiB, GPU1 1000/24564 MiB" in out
+    assert st.to_json()["placement"]["split"]["ts"] == s.placement["split"]["ts"]
