@@ -135,6 +135,7 @@ class TestPlan:
         with pytest.raises(UsageError, match="each card of a split holds at least one"):
             split.plan(recipe, f, split.cards_from_gib([1.0] * 70), weights=weights)
 
+    @pytest.mark.slow  # the GGUF reader parses the tiny pair's 248K-token vocabulary: 12 s
     def test_gguf_blocks_are_weighed_by_layer(self, tiny_pair: tuple[Path, Path]) -> None:
         w = fit.weights_from_files(*tiny_pair)
         assert len(w.layers) == recipes.load().geometry_at("tiny").target.num_hidden_layers
