@@ -279,6 +279,11 @@ class TestFitCommand:
         assert [c["name"] for c in cards] == ["NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 4090"]
         assert [c["gib"] for c in cards] == [24.0, 24564 / 1024] and out["split"]["draft_gpu"] == 0
 
+    def test_the_recipes_cards(self, two_cards: Path) -> None:
+        out = self.fit(str(_recipe_with(gpus=[1, 0])))
+        assert [c["index"] for c in out["split"]["cards"]] == [1, 0] and out["split"]["draft_gpu"] == 0
+        assert out["max_ctx"] == self.fit("--gpus", "1,0")["max_ctx"]
+
     def test_bad_cards(self, two_cards: Path) -> None:
         for args, message in ((["--gpus", "0,5"], "nvidia-smi lists no card 5"),
                               (["--gpu-mem", "24", "--gpus", "0,1"], "1 sizes for the 2 cards"),

@@ -21,37 +21,40 @@ _COLUMNS = (("weights", ("target_weights",)), ("KV", ("target_kv",)), ("state", 
             ("buffers", ("target_compute", "cuda_overhead")))
 
 
-def cards(gpu_mem: str | None, gpus: str | None, draft_gpu: int | None) -> tuple[list[split.Card], int | None]:
-    """The cards `buun fit` plans for and the drafter's position among them: --gpu-mem's sizes
-    (cards numbered in order), --gpus's cards as nvidia-smi describes them (with --gpu-mem, those
-    sizes instead), else the first card here, else 24 GiB."""
+def cards(gpu_mem: str | None, gpus: str | None, draft_gpu: int | None, recipe_gpus: tuple[int, ...] = ()
+          ) -> tuple[list[split.Card], int | None, bool]:
+    """The cards `buun fit` plans for, the drafter's position among them, and whether they are
+    this host's (what --measure can load on): --gpu-mem's sizes (cards numbered in order),
+    --gpus's cards as nvidia-smi describes them (with --gpu-mem, those sizes instead), else the
+    recipe's server.gpus (24 GiB each where nvidia-smi does not list them), else the first card
+    here, else 24 GiB."""
     sizes = _sizes(gpu_mem) if gpu_mem else None
-    if gpus:
-        chosen = devices.parse_gpus(gpus)
-        found = {g.index: g for g in build.detect_gpus()}
+    found = {g.index: g for g in build.detect_gpus()}
+    if gpus or (recipe_gpus and sizes is None):
+        chosen = devices.parse_gpus(gpus) if gpus else recipe_gpus
+        missing = [i for i in chosen if i not in found]
+        if sizes is None and gpus and missing:
+            raise UsageError(f"--gpus {gpus}: nvidia-smi lists no card {', '.join(map(str, missing))}"
+                             + (f" (cards here: {', '.join(map(str, found))})" if found else " (no nvidia-smi)"),
+                             "pass the indices `nvidia-smi -L` shows, or the sizes: --gpu-mem 24,24")
         if sizes is None:
-            missing = [i for i in chosen if i not in found]
-            if missing:
-                raise UsageError(f"--gpus {gpus}: nvidia-smi lists no card {', '.join(map(str, missing))}"
-                                 + (f" (cards here: {', '.join(map(str, found))})" if found else " (no nvidia-smi)"),
-                                 "pass the indices `nvidia-smi -L` shows, or the sizes: --gpu-mem 24,24")
-            sizes = [found[i].memory_mib / 1024 for i in chosen]
+            sizes = [found[i].memory_mib / 1024 if i in found else 24.0 for i in chosen]
         elif len(sizes) != len(chosen):
             raise UsageError(f"--gpu-mem {gpu_mem}: {len(sizes)} sizes for the {len(chosen)} cards of --gpus {gpus}",
                              "give one size per card, or leave out --gpu-mem to read them from nvidia-smi")
         out = [split.Card(g, i, found[i].name if i in found else "") for g, i in zip(sizes, chosen, strict=True)]
+        real = not missing
     else:
         if sizes is None:
-            here = build.detect_gpus()
-            sizes = [here[0].memory_mib / 1024 if here else 24.0]
-        out = split.cards_from_gib(sizes)
+            sizes = [found[min(found)].memory_mib / 1024 if found else 24.0]
+        out, real = split.cards_from_gib(sizes), False
     if draft_gpu is None:
-        return out, None
+        return out, None, real
     indices = [c.index for c in out]
     if draft_gpu not in indices:
         raise UsageError(f"--draft-gpu {draft_gpu}: not one of the cards planned for ({', '.join(map(str, indices))})",
                          "pass one of them (with --gpu-mem, cards are numbered 0, 1, ... in order)")
-    return out, indices.index(draft_gpu)
+    return out, indices.index(draft_gpu), real
 
 
 def _sizes(value: str) -> list[float]:

@@ -333,7 +333,8 @@ def fit_cmd(
     recipe: RecipeArg = None,
     gpu_mem: Annotated[str | None, typer.Option("--gpu-mem", metavar="GIB[,GIB...]", help="GPU memory in GiB "
                                                 "(nvidia-smi MiB / 1024), one number per card: 24,24 plans a layer "
-                                                "split over two (default: the GPU here, else 24).",
+                                                "split over two (default: the cards of --gpus or the recipe's "
+                                                "server.gpus, else the GPU here, else 24).",
                                                 show_default=False)] = None,
     gpus: Annotated[str | None, typer.Option("--gpus", metavar="0,1", help="The cards of a layer split, by "
                                              "nvidia-smi index: their memory from nvidia-smi (as `buun serve "
@@ -399,11 +400,11 @@ def fit_cmd(
     if ctx_per_slot:
         flags = replace(flags, ctx=ctx_per_slot * n_slots)
     fit.check_tree(flags)
-    cards, draft = fit_split.cards(gpu_mem, gpus, draft_gpu)
+    cards, draft, on_cards = fit_split.cards(gpu_mem, gpus, draft_gpu, r.gpus)
     weights = fit.default_weights(r, models)
     if len(cards) > 1:
         return fit_split.run(r, flags, cards, draft, margin, weights, measure_, _default_scale(scale), models,
-                             bool(gpus), json_out)
+                             on_cards, json_out)
     gpu_gib = cards[0].gib
     pred = fit.predict(r, flags, weights=weights)
     report = {"gpu_gib": gpu_gib, "margin_gib": margin, "fits": fit.fits(pred, gpu_gib, margin),
@@ -412,7 +413,7 @@ def fit_cmd(
               "knobs": fit.knobs(r, flags, gpu_gib, margin, weights=weights),
               "tree_extra": _tree_extra(r, flags, weights),
               "slots": _slots_report(r, flags, gpu_gib, margin, weights, ctx_per_slot)}
-    single = devices.Placement((cards[0].index,), cards[0].index, ()) if gpus else None
+    single = devices.Placement((cards[0].index,), cards[0].index, ()) if on_cards else None
     measured, compared = _measure(r, flags, scale, models, single) if measure_ else (None, None)
     if json_out:
         report["knobs"] = [{"change": k.change, "total_gib": k.total_bytes / fit.GIB, "max_ctx": k.max_ctx}
