@@ -47,6 +47,8 @@
 #   fit-slots    `buun fit --slots N --measure` for 1, 2 and 4 slots: what each slot costs, measured
 #   split        two cards: the harness and the bench with the target split over cards 0 and 1
 #   rpc          two cards: the same with card 1 behind an RPC worker (ggml-rpc-server) on this host
+#   fit-split    two cards: `buun fit --measure` of card 0 alone and of the split over 0 and 1 as `buun
+#                serve --gpus 0,1` plans it (each card's buffers and nvidia-smi against the plan)
 #   pack         $W/results.tgz: what the docs keep of the run
 . "$(dirname "$0")/gpu_lib.sh"
 
@@ -219,6 +221,16 @@ part_rpc() {
     step bench-rpc 600 env LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" --server-args "$RPC_ARGS" \
         --synthetic-al 7.67 --prompts 2 --n-predict 512 --out "$RES/bench-rpc"
     kill "$worker"
+}
+
+part_fit_split() {
+    local ctx
+    two_cards fit-split || return 1
+    step fit-split-plan 60 $BUUN fit --gpus 0,1
+    for ctx in 6048 131072; do
+        step "fit-gpu0-c$ctx" 300 $BUUN fit --gpus 0 --ctx "$ctx" --measure --scale full --json
+        step "fit-split-c$ctx" 300 $BUUN fit --gpus 0,1 --ctx "$ctx" --measure --scale full --json
+    done
 }
 
 part_pack() {

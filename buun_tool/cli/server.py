@@ -6,6 +6,7 @@
     buun serve --print-cmd [-- -c 4096]   show the llama-server command (secrets masked; models may be missing)
     buun serve --tree-budget 22           verify a DDTree of 22 draft nodes per step (0: the chain)
     buun serve --slots 4                  serve 4 requests at once (each slot a share of -c)
+    buun serve --gpus 0,1 [--draft-gpu 0] the target split by layers over cards 0 and 1 (server/devices.py)
     buun start [RECIPE] [same options]    the same supervisor, detached; returns once ready
     buun stop [NAME] [--all]              SIGTERM, grace, SIGKILL: no process left behind
     buun restart [NAME] [--models-dir DIR]   relaunch llama-server (a stopped instance: start it again);
@@ -34,7 +35,7 @@ import typer
 from buun_tool import console, paths
 from buun_tool.cli.launch import ApiKeyOpt, LaunchOptions, launch_command
 from buun_tool.errors import Exit, UsageError
-from buun_tool.server import command, control, logfile, service
+from buun_tool.server import command, control, devices, logfile, service
 from buun_tool.server import spec as spec_mod
 from buun_tool.server.instance import Instance, all_instances
 from buun_tool.server.state import State
@@ -68,7 +69,7 @@ def serve(
     `--drop FLAG` leaves a recipe flag out."""
     spec, key = opts.resolve(api_key, need_models=not print_cmd)
     if print_cmd:  # also before the models exist: the command shows the paths they will have
-        console.out.print(command.display(spec.argv, key), markup=False)
+        console.out.print(command.display(spec.argv, key, spec.env), markup=False)
         for problem in spec.missing_files():
             console.warn(f"{problem.message}; {problem.hint}")
         return
@@ -180,6 +181,7 @@ def _print_status(st: control.InstanceStatus) -> None:
         row("draft", r.draft)
     row("endpoint", st.endpoint if live else None)
     row("context", f"{st.context['value']} ({st.context['why']})" if st.context and live else None)
+    row("GPUs", devices.describe(st.placement) if st.placement and live else None)
     probes = st.probes
     row("health", probes.health if probes else None)
     if r and r.unresponsive_since:
@@ -206,7 +208,9 @@ def _print_status(st: control.InstanceStatus) -> None:
     gpu = probes.gpu if probes else None
     if gpu:
         used = ", ".join(f"GPU{g['index']} {g['used_mib']}/{g['total_mib']} MiB" for g in gpu.get("gpus", []))
-        row("GPU", f"llama-server {gpu.get('server_mib') or '?'} MiB; {used}")
+        mine = gpu.get("server_by_gpu") or {}
+        each = f" ({', '.join(f'GPU{i} {mib}' for i, mib in mine.items())})" if len(mine) > 1 else ""
+        row("GPU", f"llama-server {gpu.get('server_mib') or '?'} MiB{each}; {used}")
     if r and r.error:
         row("error", r.error.get("message", "").splitlines()[0])
     row("log", r.log if r else None)

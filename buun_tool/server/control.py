@@ -276,6 +276,7 @@ class InstanceStatus:
     supervisor_uptime_s: float | None = None
     endpoint: str | None = None
     context: dict[str, Any] | None = None  # fit.ContextChoice: the -c it was launched with, and why
+    placement: dict[str, Any] | None = None  # --gpus: the cards and the split (devices.with_split)
     health_failures_allowed: int | None = None
     probes: Probes | None = None  # a live server only
 
@@ -285,7 +286,8 @@ class InstanceStatus:
                    server_pid=self.server_pid, orphan=self.orphan, uptime_s=self.uptime_s,
                    supervisor_uptime_s=self.supervisor_uptime_s, endpoint=self.endpoint,
                    model_files={"target": self.record.target, "draft": self.record.draft} if self.record else None,
-                   context=self.context, health_failures_allowed=self.health_failures_allowed)
+                   context=self.context, placement=self.placement,
+                   health_failures_allowed=self.health_failures_allowed)
         if self.probes:
             out.update(health=self.probes.health, slots=self.probes.slots, dflash=self.probes.dflash,
                        gpu=self.probes.gpu, probe_timeout_s=self.probes.timeout_s)
@@ -309,6 +311,7 @@ def status(inst: Instance, api_key: str | None = None) -> InstanceStatus:
         uptime_s=round(now - r.server_started_at, 1) if server and r.server_started_at else None,
         supervisor_uptime_s=round(now - r.started_at, 1) if running and r.started_at else None,
         endpoint=url, context=data.get("context") if data else None,
+        placement=data.get("placement") if data else None,
         health_failures_allowed=(data.get("policy") or {}).get("health_failures") if data else None,
         probes=_probe_all(url, api_key or os.environ.get(API_KEY_ENV), server.pid) if server and url else None)
 

@@ -185,7 +185,7 @@ class Supervisor:
             r.restarts += 1
         self.tail.clear()
         try:
-            self.child = process.spawn(spec.argv, child_env(self.api_key), stdout=subprocess.PIPE)
+            self.child = process.spawn(spec.argv, child_env(self.api_key, spec.env), stdout=subprocess.PIPE)
         except OSError as exc:
             self._launch_failed(loglines.Failure("exec", f"cannot run {spec.binary}: {exc}", "run `buun build`",
                                                  True, Exit.NOT_READY))
