@@ -202,6 +202,11 @@ two_cards() {
 
 part_split() {
     two_cards split || return 1
+    # the -ts `buun serve --gpus 0,1` passes at the bench's context (fit's plan for these cards)
+    local ts
+    ts=$($BUUN fit --gpus 0,1 --ctx 6048 --json | python3 -c "import json, sys; print(json.load(sys.stdin)['split']['ts'])")
+    SPLIT_ARGS+=" -ts ${ts:-1,1}"
+    log "split: $SPLIT_ARGS"
     step correctness-split 900 env CUDA_VISIBLE_DEVICES=0,1 BUUN_TEST_DEVICE_ARGS="$SPLIT_ARGS" \
         bash scripts/gpu_correctness.sh "$BIN" "$RES" correctness-split tests/test_correctness.py -k "$HARNESS_K"
     tail -1 "$RES/correctness-split.txt" | tee -a "$RES/summary.txt"
