@@ -99,8 +99,15 @@ part_ampere() {
     done
 }
 
+# GPU_HARNESS_K: a pytest -k selection of the two files, for a run short of device time
 part_correctness() {
-    step correctness 1200 bash scripts/gpu_correctness.sh "$BIN" "$RES"
+    if [ -n "${GPU_HARNESS_K:-}" ]; then
+        step correctness 1200 bash scripts/gpu_correctness.sh "$BIN" "$RES" correctness-cuda \
+            tests/test_correctness.py tests/test_slots.py -k "$GPU_HARNESS_K"
+    else
+        step correctness 1200 bash scripts/gpu_correctness.sh "$BIN" "$RES"
+    fi
+    tail -1 "$RES/correctness-cuda.txt" | tee -a "$RES/summary.txt"
 }
 
 part_tree_decode() {
@@ -194,7 +201,10 @@ part_fit_slots() {
 SPLIT_ARGS="-sm layer -dev CUDA0,CUDA1 -devd CUDA1"
 RPC_PORT=50052
 RPC_ARGS="--rpc 127.0.0.1:$RPC_PORT -devd CUDA0"
-HARNESS_K="not tree and not seed and not tie_rule"
+# the checks of state across devices: greedy = AR, rollback and tape replay against decoding from
+# scratch, device features, slot save/restore, a request ending inside its draft (chains only)
+HARNESS_K="(lossless_greedy or rollback_matches or tape_replay or device_features or survives_slot_save or ends_inside) \
+and not tree and not backend_sampling"
 
 two_cards() {
     [ "$N_CARDS" -ge 2 ] || { log "one card only: the $1 part needs two"; return 1; }
