@@ -49,6 +49,11 @@ SlotsOpt = Annotated[int | None, typer.Option(
     "--slots", metavar="N", show_default=False,
     help="Requests served at once (llama-server's -np), 1 to 8; each slot gets -c / N tokens of context. "
     "Default: the recipe's server.slots. `buun fit --slots N` shows the context each can have.")]
+RpcOpt = Annotated[str | None, typer.Option(
+    "--rpc", metavar="HOST:PORT,...", show_default=False,
+    help="Split the model over these RPC workers (`buun worker start` on each; llama-server's --rpc). Each must "
+    "answer before the launch; the drafter goes on the device that holds the target's last layers (`-- -devd "
+    "DEV` puts it elsewhere). README: \"Other machines\".")]
 DropOpt = Annotated[list[str] | None, typer.Option("--drop", metavar="FLAG",
                                                   help="Leave out a recipe flag (repeatable): --drop -cd.")]
 ReadyTimeout = Annotated[float, typer.Option(help="Seconds without load progress before giving up.",
@@ -86,6 +91,7 @@ class LaunchOptions:
     drops: list[str]
     tree_budget: int | None  # --tree-budget: replaces the recipe's server.tree.budget (spec.with_tree)
     slots: int | None  # --slots: replaces the recipe's server.slots (spec.with_slots)
+    rpc: str | None  # --rpc: the RPC workers (spec.with_workers)
     extra: list[str]  # llama-server flags after `--`
     policy: spec_mod.Policy
 
@@ -93,14 +99,15 @@ class LaunchOptions:
         return spec_mod.resolve(self.recipe, models_dir=self.models_dir, name=self.name, model=self.model,
                                 draft=self.draft, host=self.host, port=self.port, extra=self.extra,
                                 drops=self.drops, api_key=api_key, no_api_key=self.no_api_key, policy=self.policy,
-                                need_models=need_models, tree_budget=self.tree_budget, slots=self.slots)
+                                need_models=need_models, tree_budget=self.tree_budget, slots=self.slots,
+                                workers=self.rpc)
 
 
 def _bundle(
     ctx: typer.Context, recipe: RecipeArg = None, name: NameOpt = None, model: ModelOpt = None,
     draft: DraftOpt = None, models_dir: ModelsDirOpt = None, host: HostOpt = spec_mod.DEFAULT_HOST,
     port: PortOpt = spec_mod.DEFAULT_PORT, no_api_key: NoKeyOpt = False, drop: DropOpt = None,
-    tree_budget: TreeBudgetOpt = None, slots: SlotsOpt = None,
+    tree_budget: TreeBudgetOpt = None, slots: SlotsOpt = None, rpc: RpcOpt = None,
     ready_timeout: ReadyTimeout = _P.ready_timeout, health_interval: HealthInterval = _P.health_interval,
     health_timeout: HealthTimeout = _P.health_timeout, health_failures: HealthFailures = _P.health_failures,
     max_crashes: MaxCrashes = _P.max_crashes, crash_window: CrashWindow = _P.crash_window,
@@ -116,7 +123,7 @@ def _bundle(
     policy = spec_mod.Policy(ready_timeout, health_interval, health_timeout, health_failures, max_crashes,
                              crash_window, backoff, backoff_max, stop_timeout, int(log_max_mb * 2**20), log_keep)
     return LaunchOptions(recipe, name, model, draft, paths.models_dir(models_dir), host, port, no_api_key,
-                         list(drop or []), tree_budget, slots, extra, policy)
+                         list(drop or []), tree_budget, slots, rpc, extra, policy)
 
 
 _SHARED = list(inspect.signature(_bundle, eval_str=True).parameters.values())

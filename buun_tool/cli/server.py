@@ -179,6 +179,7 @@ def _print_status(st: control.InstanceStatus) -> None:
         row("target", r.target)
         row("draft", r.draft)
     row("endpoint", st.endpoint if live else None)
+    _print_placement(st, row)
     row("context", f"{st.context['value']} ({st.context['why']})" if st.context and live else None)
     probes = st.probes
     row("health", probes.health if probes else None)
@@ -210,6 +211,25 @@ def _print_status(st: control.InstanceStatus) -> None:
     if r and r.error:
         row("error", r.error.get("message", "").splitlines()[0])
     row("log", r.log if r else None)
+
+
+def _print_placement(st: control.InstanceStatus, row: Any) -> None:
+    """With RPC workers: where the target's layers and the drafter run, each worker's connection,
+    and a lost worker with what to do."""
+    if not st.placement:
+        return
+    where = {d["name"]: d["where"] for d in st.placement["devices"]}
+    row("layers", "split over " + ", ".join(f"{n} ({w})" for n, w in where.items()) + ", in this order")
+    dev = st.placement.get("draft_device")
+    if dev:
+        row("drafter", f"on {dev}" + (f" ({where[dev]})" if dev in where else "")
+            + (f": {st.placement['why']}" if st.placement.get("why") else ""))
+    for w in st.workers or []:
+        state = w["connection"] or "(llama-server is not running)"
+        if w["lost"]:
+            since = time.strftime("%H:%M:%S", time.localtime(w["lost_since"])) if w["lost_since"] else "?"
+            state = f"LOST since {since} ({w['lost']}): {w['next_step']}"
+        row("worker", f"{w['address']} ({', '.join(w['devices']) or '?'}): {state}")
 
 
 def _slot_line(s: dict[str, Any]) -> str:

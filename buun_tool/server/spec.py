@@ -13,7 +13,7 @@ from typing import Any
 
 from buun_tool import build, console, convert, fit, patches, pull, recipes
 from buun_tool.errors import NotReadyError, UsageError
-from buun_tool.server import command
+from buun_tool.server import command, rpc
 from buun_tool.server.command import Flag
 
 DEFAULT_HOST = "127.0.0.1"
@@ -83,6 +83,12 @@ class LaunchSpec:
     context: dict[str, Any] | None = None  # fit.ContextChoice: the -c given and why
     # the models folder target and draft come from; None when either was given by path (--model, --draft)
     models_dir: str | None = None
+    rpc: list[str] = field(default_factory=list)  # RPC workers (--rpc), in llama-server's order
+    # where the parts run with workers: the devices llama-server splits the target over, in order
+    # ({"name": "RPC0", "where": "10.0.0.5:50052"}), and the one that holds the drafter (-devd)
+    devices: list[dict[str, str]] = field(default_factory=list)
+    draft_device: str | None = None
+    draft_device_why: str = ""
 
     @property
     def argv(self) -> list[str]:
@@ -128,20 +134,22 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
             extra: list[str] | None = None, drops: list[str] | None = None, api_key: str | None = None,
             no_api_key: bool = False, policy: Policy | None = None,
             need_models: bool = True, tree_budget: int | None = None,
-            slots: int | None = None) -> tuple[LaunchSpec, str | None]:
+            slots: int | None = None, workers: str | None = None) -> tuple[LaunchSpec, str | None]:
     """A launch spec from a recipe and the command-line options; also the API key to give
     llama-server (`api_key`, which the CLI fills from --api-key or BUUN_API_KEY, else an
     `--api-key` after `--` or in the recipe). No secret flag stays in the spec's flags (see
     command.SECRET_ENV). The target and draft not given by path are the recipe's in `models_dir`;
     without `need_models` they may still be missing (--print-cmd). `tree_budget` (--tree-budget)
     replaces the recipe's server.tree.budget (with_tree), `slots` (--slots) its server.slots
-    (with_slots)."""
+    (with_slots). `workers` (--rpc) are RPC workers: each must answer now (unless `need_models` is
+    off), and the drafter goes where the target's last layers are (with_workers)."""
     from buun_tool.server.instance import check_name
 
     patches.rollback_from_env()  # llama-server would take a misspelt value for the tape without a word
     recipe = recipes.load(recipe_ref)
+    endpoints = rpc.parse(workers) if workers else []
     resolved = launch_flags(recipe, command.parse_args(extra or []), drops or [], "the arguments after `--`",
-                            models_dir, tree_budget, slots)
+                            models_dir, tree_budget, slots, endpoints)
     flags, secrets, context = resolved.flags, resolved.secrets, resolved.context
     if not 0 < port < 65536:
         raise UsageError(f"--port {port}: expected 1..65535")
@@ -150,13 +158,20 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
         find = default_models if need_models else default_paths
         default_target, default_draft = find(recipe, models_dir)
         model, draft = model or default_target, draft or default_draft
+    binary = str(build.find_binary("llama-server"))
+    placement = with_workers(binary, endpoints, flags, ask=need_models) if endpoints else None
+    if placement and placement.draft_device and not command.option(dict(flags), "-devd"):
+        flags = [*flags, ("-devd", placement.draft_device)]
     spec = LaunchSpec(
         name=check_name(name or recipe.name), recipe=recipe.name, recipe_source=str(recipe.source),
-        binary=str(build.find_binary("llama-server")),
+        binary=binary,
         target=str(Path(model).expanduser().resolve()), draft=str(Path(draft).expanduser().resolve()),
         host=host, port=port, flags=flags, recipe_flags=resolved.recipe_flags,
         policy=(policy or Policy()).validate(), no_api_key=no_api_key, context=context.to_json(),
-        models_dir=str(models_dir) if from_layout else None,
+        models_dir=str(models_dir) if from_layout else None, rpc=[str(e) for e in endpoints],
+        devices=[{"name": d.name, "where": d.where} for d in placement.devices] if placement else [],
+        draft_device=placement.draft_device if placement else None,
+        draft_device_why=placement.why if placement else "",
     )
     key_in_flags = secrets.pop("--api-key", None)
     # Other secrets (a Hub token) go where every llama-server launch of this process inherits them
@@ -189,12 +204,14 @@ class Flags:
 
 
 def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str], source: str,
-                 models_dir: Path, tree_budget: int | None = None, slots: int | None = None) -> Flags:
+                 models_dir: Path, tree_budget: int | None = None, slots: int | None = None,
+                 workers: list[rpc.Endpoint] | None = None) -> Flags:
     """The flags of every server buun runs for a recipe, `buun serve`'s and each `buun bench`
     configuration's: the recipe's, with `overrides` in the place of the recipe's flag of the same
     option (or added) and `drops` left out, secrets taken out, the tree's flags settled
     (with_tree; a dropped --spec-tree-budget is the chain), the slots' (with_slots) and -c decided
-    (with_context, weighing the models in `models_dir`).
+    (with_context, weighing the models in `models_dir`). `workers` come first, as `--rpc`: llama-server
+    must know them before it reads a device name (-dev, -devd).
     `source` names where the overrides came from, for the error of a flag buun sets itself."""
     base = command.recipe_flags(recipe.server_flags)
     command.check_unmanaged(base, f"the recipe {recipe.source}")
@@ -202,12 +219,24 @@ def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str]
     command.check_drops(drops)
     # the recipe's secrets and the command line's alike (an override replaces the recipe's)
     flags, secrets = command.take_secrets(command.merge(base, overrides, drops))
+    if workers:
+        flags = [("--rpc", rpc.join(workers)), *flags]
     if command.TREE_BUDGET in {command.canonical(d) for d in drops}:
         tree_budget = 0  # no tree flag, not even the recipe's server.tree
     flags = with_tree(recipe, flags, overrides, tree_budget)
     flags = with_slots(recipe, flags, overrides, slots)
     flags, context = with_context(recipe, flags, overrides, models_dir)
     return Flags(flags, secrets, context, _kept(base, overrides))
+
+
+def with_workers(binary: str, endpoints: list[rpc.Endpoint], flags: list[Flag], ask: bool) -> rpc.Placement:
+    """Where the target's layers and the drafter go with RPC workers (rpc.place). With `ask`, each
+    worker must answer now and llama-server lists their devices; without (--print-cmd), each is
+    taken to have one device."""
+    if not ask:
+        return rpc.place(rpc.assumed_devices(endpoints), flags)
+    rpc.check_reachable(endpoints)
+    return rpc.place(rpc.list_devices(binary, endpoints), flags)
 
 
 def check_exposure(spec: LaunchSpec, api_key: str | None) -> None:
