@@ -1,11 +1,14 @@
 """The tiny pair served through two local CPU RPC workers started by `buun worker` (llama-server's
 --rpc, `buun serve --rpc`): greedy DFlash output equals local AR output; a worker killed mid-request
 gives the client an error, not a hang, and `buun status` names the lost worker; once the worker is
-back the server serves again. Also a worker lost while the server is idle."""
+back the server serves again. Also a worker lost while the server is idle, and one that stops
+answering without closing its connection (SIGSTOP: as a frozen machine or a lost network)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -126,6 +129,35 @@ def test_a_lost_worker_fails_the_request_is_named_and_comes_back(buun: Buun) -> 
     assert "closed its connection to llama-server" in rec["last_crash"]
     buun("worker", "start", "--port", str(workers[0]), check=True)
     buun.wait_state("rpc", lambda r: r["state"] == "ready" and r["server"]["pid"] != again)
+
+    buun("stop", "rpc", check=True)
+    buun("worker", "stop", "--all", check=True)
+    assert_none_left(buun)
+
+
+def test_a_frozen_worker_is_caught_by_the_stall_check(buun: Buun) -> None:
+    """llama-server waits on a worker's reply without a timeout and keeps answering /health: the
+    supervisor sees the request make no progress and relaunches it, so the client gets an error."""
+    workers, port = start_workers(buun), free_port()
+    buun.start("rpc", port, "--rpc", rpc_arg(workers), "--stall-timeout", "3", extra=TEST_FLAGS)
+    old = buun.record("rpc")["server"]["pid"]
+    frozen = json.loads((buun.state_dir / "workers" / str(workers[1]) / "state.json").read_text())["server"]["pid"]
+
+    outcome: dict[str, object] = {}
+    first = threading.Event()
+    client = threading.Thread(target=_stream, args=(port, outcome, first), daemon=True)
+    client.start()
+    assert first.wait(30), "the request never started"
+    os.kill(frozen, signal.SIGSTOP)
+    try:
+        client.join(40)
+        print(f"the client, its worker frozen mid-request: {outcome}")
+        assert not client.is_alive() and outcome["end"] not in ("complete", "ReadTimeout"), outcome
+        rec = buun.wait_state("rpc", lambda r: "made no progress" in r["last_crash"])
+        assert rec["crashes"] == 1
+    finally:
+        os.kill(frozen, signal.SIGCONT)
+    buun.wait_state("rpc", lambda r: r["state"] == "ready" and r["server"]["pid"] != old)
 
     buun("stop", "rpc", check=True)
     buun("worker", "stop", "--all", check=True)

@@ -72,6 +72,9 @@ BackoffMax = Annotated[float, typer.Option(help="Longest wait between relaunches
 StopTimeout = Annotated[float, typer.Option(help="Grace between SIGTERM and SIGKILL.", rich_help_panel=SUPERVISION)]
 LogMaxMb = Annotated[float, typer.Option(help="Rotate server.log past this size (MiB).", rich_help_panel=SUPERVISION)]
 LogKeep = Annotated[int, typer.Option(help="Rotated logs to keep.", rich_help_panel=SUPERVISION)]
+StallTimeout = Annotated[float, typer.Option(
+    help="With --rpc: seconds a request may make no progress, /health answering, before the server is taken for "
+    "hung (a worker stopped answering) and restarted; 0 turns it off.", rich_help_panel=SUPERVISION)]
 
 _P = spec_mod.Policy()
 
@@ -113,7 +116,7 @@ def _bundle(
     max_crashes: MaxCrashes = _P.max_crashes, crash_window: CrashWindow = _P.crash_window,
     backoff: Backoff = _P.backoff_initial, backoff_max: BackoffMax = _P.backoff_max,
     stop_timeout: StopTimeout = _P.stop_timeout, log_max_mb: LogMaxMb = _P.log_max_bytes / 2**20,
-    log_keep: LogKeep = _P.log_keep,
+    log_keep: LogKeep = _P.log_keep, stall_timeout: StallTimeout = _P.stall_timeout,
 ) -> LaunchOptions:
     """The shared options, declared once as these parameters, bundled."""
     if recipe is not None and recipe.startswith("-"):  # after `--` click hands the first word to RECIPE
@@ -121,7 +124,8 @@ def _bundle(
     else:
         extra = list(ctx.args)
     policy = spec_mod.Policy(ready_timeout, health_interval, health_timeout, health_failures, max_crashes,
-                             crash_window, backoff, backoff_max, stop_timeout, int(log_max_mb * 2**20), log_keep)
+                             crash_window, backoff, backoff_max, stop_timeout, int(log_max_mb * 2**20), log_keep,
+                             stall_timeout)
     return LaunchOptions(recipe, name, model, draft, paths.models_dir(models_dir), host, port, no_api_key,
                          list(drop or []), tree_budget, slots, rpc, extra, policy)
 

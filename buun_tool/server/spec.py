@@ -52,6 +52,9 @@ class Policy:
     stop_timeout: float = 15.0  # grace between SIGTERM and SIGKILL
     log_max_bytes: int = 10 * 2**20
     log_keep: int = 3
+    # With RPC workers: a busy slot without progress this long, /health answering, is a worker that
+    # stopped answering without closing its connection (frozen, or its network gone): hung. 0: off.
+    stall_timeout: float = 120.0
 
     def backoff(self, recent_crashes: int) -> float:
         return min(self.backoff_initial * 2 ** max(recent_crashes - 1, 0), self.backoff_max)

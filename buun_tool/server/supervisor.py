@@ -77,6 +77,7 @@ class Supervisor:
         self.next_probe = 0.0
         self.health_fails = 0
         self.waiting = False  # BACKOFF for a lost worker, said so in the log
+        self.progress: tuple[list[Any], float] | None = None  # busy slots' progress, and since when unchanged
         self.failure: BuunError | None = None
 
     # --- what a llama-server and a worker do differently (worker.WorkerSupervisor) -------------
@@ -183,6 +184,8 @@ class Supervisor:
                 if self.health_fails >= self.policy.health_failures:
                     self._hung(f"{self.program} stopped answering /health ({health.detail}, "
                                f"{self.health_fails} checks in a row)")
+                elif health.ok and (stalled := self._stalled(now)):
+                    self._hung(stalled)
         elif state == State.BACKOFF and self.record.next_start_at is not None:
             if time.time() >= self.record.next_start_at:
                 self._launch()
@@ -276,7 +279,7 @@ class Supervisor:
         self.health_fails = 0
         self.record.ready_at, self.record.phase = time.time(), ""
         self.next_probe = time.monotonic() + self.policy.health_interval
-        self.record.lost_workers, self.record.lost_since = {}, None
+        self.record.lost_workers, self.record.lost_since, self.progress = {}, None, None
         self._set(State.READY, f"{self.program} is ready on {self.spec.url}")
 
     def _exited(self, code: int) -> None:
@@ -397,6 +400,28 @@ class Supervisor:
         self._drain_output()
         self._crashed(f"{', '.join(closed)} closed its connection to {self.program}", list(self.tail))
         return True
+
+    def _stalled(self, now: float) -> str | None:
+        """With workers: the cause when a request has made no progress for the policy's
+        stall_timeout while /health answers. llama-server waits on a worker's reply without a
+        timeout, and answers /health (and /slots) meanwhile, so a worker that stops answering
+        without closing the connection (frozen, or its network gone) hangs the request for good."""
+        if not self.workers or not self.policy.stall_timeout:
+            return None
+        code, body = self.probe.get_json("/slots")
+        if code != 200 or not isinstance(body, list):
+            return None  # /slots off (--no-slots): no way to tell
+        busy = [json.dumps([s.get("id"), s.get("id_task"), s.get("n_prompt_tokens_processed"), s.get("next_token")])
+                for s in body if isinstance(s, dict) and s.get("is_processing")]
+        if not busy:
+            self.progress = None
+        elif self.progress is None or self.progress[0] != busy:
+            self.progress = (busy, now)
+        elif now - self.progress[1] >= self.policy.stall_timeout:
+            return (f"a request made no progress for {now - self.progress[1]:.0f} s while /health answered: a worker "
+                    f"stopped answering without closing its connection (frozen, or its network gone); "
+                    f"`buun worker status` on each of {rpc.join(self.workers)} shows it")
+        return None
 
     # --- signals -------------------------------------------------------------------------
 
