@@ -129,6 +129,19 @@ class TestReachable:
         assert "buun worker start --port 50052 --host 10.0.0.5` on that machine" in rpc.next_step("10.0.0.5:50052")
 
 
+class TestDiagnosis:
+    def test_a_worker_that_does_not_answer_or_speaks_another_version(self) -> None:
+        from buun_tool.server import loglines
+
+        f = loglines.diagnose(["/src/ggml/src/ggml-rpc/ggml-rpc.cpp:547: Failed to connect to 10.0.0.5:50052"])
+        assert f and f.message == "llama-server could not connect to the worker 10.0.0.5:50052"
+        assert "buun worker start --port 50052 --host 10.0.0.5" in (f.hint or "")
+        f = loglines.diagnose(["E RPC server version mismatch: 6.0.0",
+                               "/src/ggml-rpc.cpp:550: RPC handshake failed for 10.0.0.5:50052"])
+        assert f and "the worker 10.0.0.5:50052 speak different RPC protocol versions (its RPC protocol is 6.0.0)" \
+            in f.message and "`buun build` there" in (f.hint or "")
+
+
 class TestCommand:
     def test_workers_come_first_and_the_drafter_goes_last(self, fake_bin: Path, tiny_files: tuple[Path, Path]) -> None:
         target, draft = tiny_files

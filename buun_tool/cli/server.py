@@ -6,12 +6,14 @@
     buun serve --print-cmd [-- -c 4096]   show the llama-server command (secrets masked; models may be missing)
     buun serve --tree-budget 22           verify a DDTree of 22 draft nodes per step (0: the chain)
     buun serve --slots 4                  serve 4 requests at once (each slot a share of -c)
+    buun serve --rpc 10.0.0.5:50052,...   split the model over RPC workers (`buun worker start` on each)
     buun start [RECIPE] [same options]    the same supervisor, detached; returns once ready
     buun stop [NAME] [--all]              SIGTERM, grace, SIGKILL: no process left behind
     buun restart [NAME] [--models-dir DIR]   relaunch llama-server (a stopped instance: start it again);
                                           with --models-dir, the recipe's models from that folder
     buun status [NAME] [--json]           state, PID, uptime, restarts, health, slots (each one's request and
-                                          acceptance), DFlash figures
+                                          acceptance), DFlash figures; with --rpc where each part runs and
+                                          each worker's connection (a lost one named)
     buun logs [NAME] [-f] [-n 50]         llama-server's output and the supervisor's events
     buun service install [RECIPE] [same options] [--now]   a systemd user unit running this launch
 
