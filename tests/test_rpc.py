@@ -106,6 +106,18 @@ class TestPlacement:
         assert rpc.place(self.WORKERS, [("--device-draft", "RPC0")]).draft_device == "RPC0"
         assert rpc.place(self.WORKERS, [("-dev", "RPC1,RPC0")]).draft_device == "RPC0"
 
+    def test_listed_local_first_used_workers_first(self, tmp_path: Path) -> None:
+        """`--list-devices` (as a CUDA build with one worker printed it) lists CUDA0 first; the
+        model uses RPC0 first, so CUDA0 holds the last layers and gets the drafter."""
+        fake = tmp_path / "llama-server"
+        fake.write_text("#!/bin/sh\necho 'Available devices:'\n"
+                        "echo '  CUDA0: NVIDIA H100 80GB HBM3 (81079 MiB, 80552 MiB free)'\n"
+                        "echo '  RPC0: 127.0.0.1:50052 (128887 MiB, 128887 MiB free)'\n")
+        fake.chmod(0o755)
+        devices = rpc.list_devices(str(fake), rpc.parse("127.0.0.1:50052"))
+        assert devices == [Device("RPC0", "127.0.0.1:50052"), Device("CUDA0", "local")]
+        assert rpc.place(devices, []).draft_device == "CUDA0"
+
     def test_print_cmd_takes_one_device_per_worker(self) -> None:
         assert [d.name for d in rpc.assumed_devices(rpc.parse("a:1,b:2,c:3"))] == ["RPC0", "RPC1", "RPC2"]
 

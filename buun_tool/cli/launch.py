@@ -52,8 +52,8 @@ SlotsOpt = Annotated[int | None, typer.Option(
 RpcOpt = Annotated[str | None, typer.Option(
     "--rpc", metavar="HOST:PORT,...", show_default=False,
     help="Split the model over these RPC workers (`buun worker start` on each; llama-server's --rpc). Each must "
-    "answer before the launch; the drafter goes on the device that holds the target's last layers (`-- -devd "
-    "DEV` puts it elsewhere). README: \"Other machines\".")]
+    "answer before the launch; the drafter goes on the device that holds the target's last layers and output "
+    "matrix, which it shares. README: \"Other machines\".")]
 DropOpt = Annotated[list[str] | None, typer.Option("--drop", metavar="FLAG",
                                                   help="Leave out a recipe flag (repeatable): --drop -cd.")]
 ReadyTimeout = Annotated[float, typer.Option(help="Seconds without load progress before giving up.",

@@ -134,8 +134,11 @@ class Placement:
 
 
 def list_devices(binary: str, endpoints: Sequence[Endpoint]) -> list[Device]:
-    """The devices llama-server sees with these workers (`--list-devices`). Each worker's devices
-    are named RPC0, RPC1, ... in the order of --rpc, the local ones after them by their own names."""
+    """The devices llama-server uses with these workers, in the order it splits the layers over
+    them: each worker's devices, named RPC0, RPC1, ... in the order of --rpc, then the local GPUs.
+    `--list-devices` lists the local ones first; the model puts the RPC ones first (llama.cpp's
+    llama_prepare_model_devices: "add RPC servers at the front of the list to minimize network
+    transfers"; seen on an H100 with a worker: "using device RPC0", then "using device CUDA0")."""
     argv = [binary, *(["--rpc", join(endpoints)] if endpoints else []), "--list-devices"]
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=LIST_TIMEOUT, stdin=subprocess.DEVNULL)
@@ -153,21 +156,21 @@ def list_devices(binary: str, endpoints: Sequence[Endpoint]) -> list[Device]:
         tail = " ".join((out.stdout + out.stderr).strip().splitlines()[-3:])
         raise NotReadyError(f"llama-server could not list the workers' devices ({join(endpoints)}): {tail}",
                             "check that every worker runs `buun worker start` of this buun version")
-    return devices
+    return [d for d in devices if d.where != "local"] + [d for d in devices if d.where == "local"]
 
 
 def place(devices: Sequence[Device], flags: Sequence[Flag]) -> Placement:
     """The drafter on the device that holds the target's last layers, unless the flags say where.
 
-    Why: the drafter reads the target's hidden states and its features are kept beside the
-    target's output; on that device the drafter's steps cross no network, where llama-server's
-    default splits the drafter's few layers over every worker, a round trip each per draft.
-    llama-server puts the RPC devices first and the local GPUs after them (llama.cpp's
-    llama_prepare_model_devices: "add RPC servers at the front of the list to minimize network
-    transfers") and splits the layers over them in that order, so with every layer offloaded the
-    last layers and the output are on the last device: a local GPU when there is one, else the
-    last worker's last device. `-dev` (the user's list) keeps its order; `-devd` is the user's
-    choice and stays."""
+    Why: the DFlash drafter computes its logits with the target's own output matrix, which sits
+    with the target's last layers; on another device the scheduler cannot use it (seen on an H100
+    with a worker: `-devd RPC0` aborts with "pre-allocated tensor (output.weight) in a buffer
+    (CUDA0) that cannot run the operation"). llama-server's default splits the drafter's few
+    layers over every device like the target's, a network round trip each per draft step; on that
+    one device drafting crosses no network. The devices are in llama-server's order (list_devices)
+    and the layers are split over them in turn, so with every layer offloaded the last layers and
+    the output are on the last one: a local GPU when there is one, else the last worker's last
+    device. `-dev` (the user's list) keeps its order; `-devd` is the user's choice and stays."""
     given = {command.canonical(n): v for n, v in flags}
     if given.get("-devd"):
         return Placement(list(devices), given["-devd"], "-devd given")
