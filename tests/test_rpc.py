@@ -166,6 +166,7 @@ class TestCommand:
         r = buun("serve", "--print-cmd", "--model", str(target), "--draft", str(draft), "--rpc", "10.0.0.5:50052",
                  "--", "-devd", "CUDA0")
         assert r.returncode == 0 and r.stdout.split().count("-devd") == 1 and "-devd CUDA0" in r.stdout
+        assert "-devd CUDA0: the drafter shares the target's output matrix, which is on RPC0" in flat(r.stderr)
 
     def test_rpc_is_buuns_own(self, fake_bin: Path, tiny_files: tuple[Path, Path]) -> None:
         target, draft = tiny_files

@@ -236,10 +236,16 @@ def with_workers(binary: str, endpoints: list[rpc.Endpoint], flags: list[Flag], 
     """Where the target's layers and the drafter go with RPC workers (rpc.place). With `ask`, each
     worker must answer now and llama-server lists their devices; without (--print-cmd), each is
     taken to have one device."""
-    if not ask:
-        return rpc.place(rpc.assumed_devices(endpoints), flags)
-    rpc.check_reachable(endpoints)
-    return rpc.place(rpc.list_devices(binary, endpoints), flags)
+    if ask:
+        rpc.check_reachable(endpoints)
+    devices = rpc.list_devices(binary, endpoints) if ask else rpc.assumed_devices(endpoints)
+    placement = rpc.place(devices, flags)
+    ours = rpc.place(devices, [f for f in flags if command.canonical(f[0]) != "-devd"]).draft_device
+    if ours and placement.draft_device != ours:
+        console.warn(f"-devd {placement.draft_device}: the drafter shares the target's output matrix, which is on "
+                     f"{ours} with these devices; elsewhere llama-server aborts at the first request (\"pre-allocated "
+                     "tensor (output.weight) ... cannot run the operation\")")
+    return placement
 
 
 def check_exposure(spec: LaunchSpec, api_key: str | None) -> None:
