@@ -65,6 +65,7 @@ class Gpu:
     compute_cap: str  # "8.6"
     memory_mib: int
     driver: str
+    index: int = 0  # nvidia-smi's (PCI bus order): what `--gpus` and CUDA_VISIBLE_DEVICES name
 
     @property
     def arch(self) -> str:
@@ -72,7 +73,8 @@ class Gpu:
 
 
 def detect_gpus() -> list[Gpu]:
-    """GPUs visible through nvidia-smi; empty when there is none (or no driver)."""
+    """GPUs visible through nvidia-smi, every card, in its index order (the order it lists them
+    in); empty when there is none (or no driver)."""
     if not shutil.which("nvidia-smi"):
         return []
     try:
@@ -86,7 +88,7 @@ def detect_gpus() -> list[Gpu]:
     for line in out.stdout.splitlines() if out.returncode == 0 else []:
         parts = [p.strip() for p in line.split(",")]
         if len(parts) == 4 and re.fullmatch(r"\d+\.\d+", parts[1]):
-            gpus.append(Gpu(parts[0], parts[1], int(float(parts[2])), parts[3]))
+            gpus.append(Gpu(parts[0], parts[1], int(float(parts[2])), parts[3], len(gpus)))
     return gpus
 
 
@@ -166,7 +168,8 @@ def plan(cpu: bool = False, cuda: bool = False, arch: str | None = None, jobs: i
          ui: str | None = None) -> BuildPlan:
     variant = choose_variant(cpu, cuda)
     if variant == "cuda" and not arch:
-        caps = sorted({g.arch for g in detect_gpus()})
+        # every card's arch, not the first's: a 3090 + 4090 host builds 86;89 (one binary runs on both)
+        caps = sorted({g.arch for g in detect_gpus()}, key=lambda a: (len(a), a))
         if not caps:
             raise UsageError("no GPU is visible to pick the CUDA architecture from",
                              "pass --cuda-arch (86 for an RTX 3090, 89 for Ada, 90 for H100)")
@@ -277,6 +280,17 @@ def read_stamp(name: str) -> dict[str, object] | None:
         return json.loads(f.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+
+
+def variant_of(binary: Path) -> str | None:
+    """The variant (cuda, cpu) of the build a binary comes from, by the stamp beside its bin
+    folder; None when there is none (a binary built elsewhere)."""
+    try:
+        stamp = json.loads((binary.parent.parent / STAMP).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    variant = stamp.get("variant") if isinstance(stamp, dict) else None
+    return str(variant) if variant else None
 
 
 def _missing_binaries(name: str, targets: tuple[str, ...] | list[str]) -> list[str]:

@@ -77,9 +77,7 @@ def grouped_bars(title: str, groups: Sequence[str], series: Sequence[str], value
     ax.margins(y=0.12)  # room for the value labels above the tallest bar
     ax.grid(axis="y", color="#e0e0e0")
     ax.set_axisbelow(True)
-    _titles(fig, ax, title, subtitle)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    return fig
+    return _finish(fig, ax, title, subtitle)
 
 
 @dataclass(frozen=True)
@@ -110,9 +108,7 @@ def line_chart(title: str, x_label: str, y_label: str, lines: Sequence[Line], su
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
     ax.grid(color="#e0e0e0")
-    _titles(fig, ax, title, subtitle)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    return fig
+    return _finish(fig, ax, title, subtitle)
 
 
 @dataclass(frozen=True)
@@ -143,6 +139,13 @@ def twin_line_chart(title: str, x_label: str, left: Axis, right: Axis, subtitle:
     handles = [h for a in (ax, twin) for h in a.get_legend_handles_labels()[0]]
     # beyond the right axis's labels: the legend may not cover them
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.12, 1.0), fontsize=8, frameon=False)
+    return fig
+
+
+def _finish(fig: Figure, ax: Axes, title: str, subtitle: str) -> Figure:
+    """Titles, and the legend beside the plot (never over the bars or lines)."""
+    _titles(fig, ax, title, subtitle)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     return fig
 
 

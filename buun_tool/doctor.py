@@ -72,9 +72,21 @@ def check_gpu(cpu_only: bool) -> list[Check]:
     if not gpus:
         detail = "no NVIDIA GPU visible (nvidia-smi missing or sees none): buun will build and run on the CPU"
         return [Check("gpu", "warn", detail, "install the NVIDIA driver if this machine has a GPU", required=False)]
-    checks = [Check("gpu", "ok", "; ".join(f"{g.name}, compute {g.compute_cap}, {g.memory_mib / 1024:.1f} GiB"
-                                           for g in gpus)),
-              Check("driver", "ok", gpus[0].driver)]
+    # one line per card, by nvidia-smi's index (what `buun serve --gpus` takes)
+    checks = [Check("gpu" if len(gpus) == 1 else f"gpu {g.index}", "ok",
+                    f"{g.name}, compute {g.compute_cap}, {g.memory_mib / 1024:.1f} GiB") for g in gpus]
+    checks.append(Check("driver", "ok", gpus[0].driver))
+    archs = sorted({g.arch for g in gpus}, key=lambda a: (len(a), a))
+    if len(archs) > 1:
+        checks.append(Check("gpu archs", "warn", f"the cards differ in arch ({', '.join(f'sm_{a}' for a in archs)}): "
+                            f"`buun build` compiles for all of them (CMAKE_CUDA_ARCHITECTURES={';'.join(archs)})",
+                            "rebuild after adding or swapping a card: `buun build`", required=False))
+    built = str((build.read_stamp("cuda") or {}).get("arch") or "")
+    missing = [g for g in gpus if built and g.arch not in built.split(";")]
+    if missing:
+        checks.append(Check("build arch", "warn", f"the CUDA build is for sm_{built.replace(';', ', sm_')}: no code "
+                            "for " + ", ".join(f"GPU {g.index} (sm_{g.arch})" for g in missing),
+                            "run `buun build`: it compiles for every card here", required=False))
     nvcc = build.find_nvcc()
     if nvcc:
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip()

@@ -6,6 +6,8 @@
     max_slots(recipe, flags, gpu_gib, margin, ctx)    -> how many slots of ctx tokens fit
     measure(recipe, flags)                            -> what the real llama-server allocates
 
+(split.py lays these components over the cards of a layer split: `buun fit --gpu-mem 24,24`.)
+
 What llama-server allocates on the GPU with every layer offloaded (-ngl 99 -ngld 99, flash
 attention on), following the pinned upstream's allocations:
 
@@ -32,6 +34,7 @@ attention on), following the pinned upstream's allocations:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -173,6 +176,10 @@ class Weights:
     target_host: int  # token_embd stays in host memory
     drafter_gpu: int
     source: str
+    # the target's GPU bytes by block (blk.N.*, as many as the GGUF's block_count) and of the output
+    # layer (output.weight, output_norm): what a layer split (split.py) puts on each card
+    layers: tuple[int, ...] = ()
+    output: int = 0
 
 
 def _split(tensors: list[tuple[str, int]]) -> tuple[int, int]:
@@ -180,16 +187,46 @@ def _split(tensors: list[tuple[str, int]]) -> tuple[int, int]:
     return sum(n for _, n in tensors) - host, host
 
 
+_BLOCK = re.compile(r"blk\.(\d+)\.")
+
+
+def _by_layer(tensors: list[tuple[str, int]]) -> tuple[tuple[int, ...], int]:
+    """(bytes of each block, bytes of the rest but token_embd: the output layer)."""
+    blocks: dict[int, int] = {}
+    output = 0
+    for name, n in tensors:
+        m = _BLOCK.match(name)
+        if m:
+            blocks[int(m.group(1))] = blocks.get(int(m.group(1)), 0) + n
+        elif name != "token_embd.weight":
+            output += n
+    return tuple(blocks.get(i, 0) for i in range(max(blocks, default=-1) + 1)), output
+
+
+def _target_weights(tensors: list[tuple[str, int]], drafter_gpu: int, source: str) -> Weights:
+    tgpu, thost = _split(tensors)
+    layers, output = _by_layer(tensors)
+    return Weights(tgpu, thost, drafter_gpu, source, layers, output)
+
+
 def weights_from_plan(recipe: Recipe, scale: str, target_type: str, draft_type: str) -> Weights:
     pair = synth.plan_pair(recipe, scale, target_type, draft_type)
-    tgpu, thost = _split([(t.name, t.nbytes) for t in pair.target.tensors])
     dgpu, _ = _split([(t.name, t.nbytes) for t in pair.drafter.tensors])
-    return Weights(tgpu, thost, dgpu, f"geometry ({scale}) x {target_type} / {draft_type}")
+    return _target_weights([(t.name, t.nbytes) for t in pair.target.tensors], dgpu,
+                           f"geometry ({scale}) x {target_type} / {draft_type}")
 
 
 def _gguf_tensors(path: Path) -> list[tuple[str, int]]:
+    st = path.stat()
+    return list(_read_tensors(str(path), st.st_size, st.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=8)
+def _read_tensors(path: str, size: int, mtime_ns: int) -> tuple[tuple[str, int], ...]:
+    """A GGUF's tensors, read once per file as it is (the reader parses the whole vocabulary: seconds)."""
+    del size, mtime_ns  # the cache key: a changed file is read again
     reader = gguf.GGUFReader(path)
-    return [(t.name, int(t.n_bytes)) for t in reader.tensors]
+    return tuple((t.name, int(t.n_bytes)) for t in reader.tensors)
 
 
 def default_weights(recipe: Recipe, models_dir: Path, target_type: str | None = None,
@@ -206,10 +243,9 @@ def default_weights(recipe: Recipe, models_dir: Path, target_type: str | None = 
 
 
 def weights_from_files(target: Path, drafter: Path | None) -> Weights:
-    tgpu, thost = _split(_gguf_tensors(target))
     dgpu = _split(_gguf_tensors(drafter))[0] if drafter else 0
     names = target.name + (f" + {drafter.name}" if drafter else "")
-    return Weights(tgpu, thost, dgpu, f"GGUF files ({names})")
+    return _target_weights(_gguf_tensors(target), dgpu, f"GGUF files ({names})")
 
 
 # --- the other components --------------------------------------------------------------------
@@ -291,13 +327,21 @@ def _target_compute(t: TargetGeometry, f: FitFlags) -> int:
     ~6 of the delta-net value width), one delta-net state per layer for each rollback plane the
     graph writes (none with the tape), or the logits of the verified block, whichever is larger;
     plus the f16 KQ mask."""
+    activations, logits, mask = target_compute_parts(t, f)
+    return max(activations, logits) + mask
+
+
+def target_compute_parts(t: TargetGeometry, f: FitFlags) -> tuple[int, int, int]:
+    """_target_compute's terms: (a layer's activations and rollback states, the verify's logits,
+    the KQ mask). A layer split holds the first on every card, the logits on the output layer's
+    and the mask, a graph input, on each card (split.py)."""
     ub = min(f.ubatch, f.batch)
     per_token = 4 * max(4 * t.intermediate_size, int(5.67 * t.value_dim))
     n_rs = f.rs_rows if f.spec and f.rollback == "snapshot" else 0
     states = n_rs * t.linear_key_head_dim * t.value_dim * 4
     logits = f.verify_width * f.n_parallel * t.vocab_size * 4
     mask = ub * cells(f.ctx, f.n_parallel) * 2
-    return max(ub * per_token + states, logits) + mask
+    return ub * per_token + states, logits, mask
 
 
 def feature_rows(d: DrafterGeometry, f: FitFlags) -> int:
@@ -314,7 +358,7 @@ def features(t: TargetGeometry, d: DrafterGeometry, f: FitFlags) -> int:
     return t.hidden_size * len(d.target_layer_ids) * feature_rows(d, f) * 4
 
 
-def _drafter_compute(t: TargetGeometry, d: DrafterGeometry, f: FitFlags) -> int:
+def drafter_compute(t: TargetGeometry, d: DrafterGeometry, f: FitFlags) -> int:
     """The drafter's graph holds logits and a hidden row for a whole ubatch, ub x (vocab + hidden)
     f32. It is reserved again with the on-device top-k sampler, which runs once over the rows
     (patch 0023) and adds little; run once per row, as upstream, it doubled the buffer (CPU build:
@@ -382,7 +426,7 @@ def predict(recipe: Recipe, flags: FitFlags, scale: str = "full", weights: Weigh
             Component("drafter_kv", "drafter KV cache", drafter_kv(d, f),
                       f"{d.num_hidden_layers} layers x {dc} cells, {f.draft_cache_type}"
                       + (f" (-cd {f.draft_ctx} window)" if f.draft_ctx else "")),
-            Component("drafter_compute", "drafter compute buffer", _drafter_compute(t, d, f),
+            Component("drafter_compute", "drafter compute buffer", drafter_compute(t, d, f),
                       f"-ub {f.ubatch} x vocab logits"),
             Component("features", "drafter's target features", features(t, d, f),
                       f"{len(d.target_layer_ids)} target layers x {feature_rows(d, f)} verify rows, f32"),
@@ -430,11 +474,12 @@ class ContextChoice:
 
 
 def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: bool, models_dir: Path,
-                   gpus: list[build.Gpu] | None = None) -> ContextChoice:
+                   gpus: list[build.Gpu] | None = None, draft: int | None = None) -> ContextChoice:
     """-c from the merged llama-server flags: a number given on the command line or pinned by the
     recipe is kept; `fit` (or none) is the largest context `buun fit` finds for the GPU here, with
     the flags' KV types, draft and batch sizes and the models in `models_dir` (as `buun fit
-    --models-dir` weighs them); without a GPU (or with -ngl 0), FitFlags' default."""
+    --models-dir` weighs them); without a GPU (or with -ngl 0), FitFlags' default. With `draft`
+    (the drafter's card, a position in `gpus`), several `gpus` are a layer split (split.py)."""
     given = command.option(flags, "-c", FIT)
     if str(given) != FIT:
         if not str(given).isdigit():
@@ -455,12 +500,23 @@ def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: 
         return ContextChoice(default, f"no GPU found to fit: buun's default{each}")
     gpu, gib = gpus[0], gpus[0].memory_mib / 1024
     fit_flags = replace(flags_from_server_flags(flags), rollback=patches.rollback_from_env())
-    best = max_context(recipe, fit_flags, gib, MARGIN_GIB, weights=default_weights(recipe, models_dir))
+    weights = default_weights(recipe, models_dir)
+    where, command_line = f"the {gpu.name} ({gib:.1f} GiB)", f"`buun fit {recipe.name}`"
+    if draft is not None and len(gpus) > 1:
+        from buun_tool import split
+
+        cards = [split.Card(g.memory_mib / 1024, g.index, g.name) for g in gpus]
+        best = split.max_context(recipe, fit_flags, cards, draft, weights, MARGIN_GIB)
+        where = f"GPUs {','.join(str(g.index) for g in gpus)} split by layers " \
+                f"({' + '.join(f'{c.gib:.1f}' for c in cards)} GiB)"
+        command_line = f"`buun fit {recipe.name} --gpus {','.join(str(g.index) for g in gpus)}`"
+    else:
+        best = max_context(recipe, fit_flags, gib, MARGIN_GIB, weights=weights)
     if not best:
-        return ContextChoice(default, f"no context fits the {gpu.name} ({gib:.1f} GiB) with these flags: "
-                             f"buun's default; `buun fit {recipe.name}` shows what would fit")
+        return ContextChoice(default, f"no context fits {where} with these flags: "
+                             f"buun's default; {command_line} shows what would fit")
     each = f", {cells(best, n_slots) // n_slots} for each of {n_slots} slots" if n_slots > 1 else ""
-    return ContextChoice(best, f"the largest that fits the {gpu.name} ({gib:.1f} GiB), from `buun fit`{each}")
+    return ContextChoice(best, f"the largest that fits {where}, from `buun fit`{each}")
 
 
 @dataclass
@@ -624,6 +680,10 @@ class Measurement:
     gpu_used_mib: int | None  # nvidia-smi after load, minus before
     log_path: str
     components: dict[str, float] = field(default_factory=dict)  # MiB by prediction key
+    # a split over several cards: llama.cpp's GPU buffers by device (CUDA0, ...; features included)
+    # and nvidia-smi's used memory by card index, after load minus before
+    per_device_mib: dict[str, float] = field(default_factory=dict)
+    gpu_used_by_card: dict[int, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -677,10 +737,26 @@ def supports_flag(binary: Path, flag: str) -> bool:
     return re.search(rf"(^|[\s,]){re.escape(flag)}[\s,]", out.stdout + out.stderr, re.M) is not None
 
 
+def device_mib(sections: list[dict[str, dict[str, float]]], log: str) -> dict[str, float]:
+    """llama.cpp's GPU buffers by device, every model and kind together, with patch 0011's features."""
+    out: dict[str, float] = {}
+    for section in sections:
+        for devices in section.values():
+            for dev, mib in devices.items():
+                if is_gpu_buffer(dev):
+                    out[dev] = out.get(dev, 0.0) + mib
+    last = {m.group(2): float(m.group(1)) for m in _FEATURES.finditer(log) if is_gpu_buffer(m.group(2))}
+    for dev, mib in last.items():
+        out[dev] = out.get(dev, 0.0) + mib
+    return out
+
+
 def measure(recipe: Recipe, flags: FitFlags, models_dir: Path, log_dir: Path, scale: str | None = None,
-            load_timeout: float = 600.0) -> Measurement:
-    """Load the recipe's synthetic pair in the real llama-server with these flags; read its
-    buffer sizes and (with a GPU) nvidia-smi's used memory."""
+            load_timeout: float = 600.0, extra: list[Flag] | None = None,
+            env: Mapping[str, str] | None = None) -> Measurement:
+    """Load the recipe's synthetic pair in the real llama-server with these flags (and `extra`,
+    in the environment `env`: a split's); read its buffer sizes and (with a GPU) nvidia-smi's used
+    memory, by card."""
     on_gpu = bool(build.detect_gpus())
     scale = scale or ("full" if on_gpu else "tiny")
     binary = build.find_binary("llama-server")
@@ -689,16 +765,18 @@ def measure(recipe: Recipe, flags: FitFlags, models_dir: Path, log_dir: Path, sc
         flags = replace(flags, draft_ctx=None)
     target, drafter = synth.write_pair(recipe, models_dir, scale=scale)
     argv = command.server_argv(str(binary), str(target), str(drafter) if flags.spec else None, "127.0.0.1",
-                               process.free_port(), measure_flags(flags, cpu_only=not on_gpu))
+                               process.free_port(), [*measure_flags(flags, cpu_only=not on_gpu), *(extra or [])])
     log = log_dir / f"fit-measure-{scale}.log"
-    before = gpu.used_mib() if on_gpu else None
-    with LocalServer(argv, log, load_timeout, env={patches.ROLLBACK_ENV: flags.rollback}):
-        after = gpu.used_mib() if on_gpu else None
+    before = gpu.used_by_card() if on_gpu else None
+    with LocalServer(argv, log, load_timeout, env={patches.ROLLBACK_ENV: flags.rollback, **(env or {})}):
+        after = gpu.used_by_card() if on_gpu else None
     text = log.read_text(errors="replace")
     sections = parse_buffers(text)
-    used = after - before if after is not None and before is not None else None
+    by_card = {i: mib - before.get(i, 0) for i, mib in after.items()} if after is not None and before is not None \
+        else None
+    used = sum(by_card.values()) if by_card is not None else None
     components = _component_mib(sections, on_gpu)
     captured = features_mib(text, on_gpu)
     if captured is not None:
         components["features"] = captured
-    return Measurement(flags, scale, argv, sections, used, str(log), components)
+    return Measurement(flags, scale, argv, sections, used, str(log), components, device_mib(sections, text), by_card)

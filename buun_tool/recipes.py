@@ -146,6 +146,7 @@ class Recipe:
     tree_budget: int = 0  # server.tree.budget: draft nodes a DDTree step verifies; 0 or 1, the chain
     tree_k: int = 8  # server.tree.k: candidates per draft depth
     slots: int = 1  # server.slots: requests served at once (llama-server's -np)
+    gpus: tuple[int, ...] = ()  # server.gpus: nvidia-smi indices of the cards to run on; () = as CUDA finds them
 
     @property
     def target_gguf(self) -> str:
@@ -225,7 +226,7 @@ _KEYS: dict[str, Any] = {
     "tokenizer": {"repo", "revision", "files", "target_config"},
     "expect": {"block_size", "mask_token_id", "target_layer_ids", "hidden_size"},
     "geometry": dict(GEOMETRY_KEYS),
-    "server": {"flags": None, "tree": {"budget", "k"}, "slots": None},
+    "server": {"flags": None, "tree": {"budget", "k"}, "slots": None, "gpus": None},
 }
 
 
@@ -350,6 +351,16 @@ def _slots(r: _Reader) -> int:
     return n
 
 
+def _gpus(r: _Reader) -> tuple[int, ...]:
+    """server.gpus: nvidia-smi indices, each once (`buun serve --gpus` checks them against the cards)."""
+    items = r.get("server.gpus", list, [])
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in items):
+        raise r.fail("server.gpus", "a list of nvidia-smi card indices, such as [0, 1]", items)
+    if len(set(items)) != len(items):
+        raise r.fail("server.gpus", "each card once", items)
+    return tuple(items)
+
+
 def parse(source: Path, data: Any) -> Recipe:
     r = _Reader(source, data)
     _check_keys(r, r.data, _KEYS)
@@ -385,6 +396,7 @@ def parse(source: Path, data: Any) -> Recipe:
         tree_budget=tree_budget,
         tree_k=tree_k,
         slots=_slots(r),
+        gpus=_gpus(r),
     )
 
 

@@ -23,7 +23,7 @@ from buun_tool import build, console, doctor, drafter, fit, patches, pull, vendo
 from buun_tool import convert as convert_stage
 from buun_tool.errors import BuunError, Exit, NotReadyError, UsageError
 from buun_tool.recipes import Recipe
-from buun_tool.server import command, control, instance
+from buun_tool.server import command, control, devices, instance
 from buun_tool.server import spec as spec_mod
 from buun_tool.server.state import State
 from buun_tool.stage import StageStatus, stale
@@ -188,7 +188,7 @@ def summary(spec: spec_mod.LaunchSpec, result: Smoke, has_key: bool = False) -> 
         f"  target       {spec.target}",
         f"  drafter      {spec.draft}",
         f"  smoke test   {result.tokens} tokens at {result.tok_per_s:.1f} tok/s, {acc}",
-        f"  command      {command.display(spec.argv)}",
+        f"  command      {command.display(spec.argv, env=spec.env)}",
         "",
         "  curl:",
         f"    curl {spec.url}/v1/chat/completions -H 'Content-Type: application/json' \\"
@@ -206,7 +206,7 @@ def summary(spec: spec_mod.LaunchSpec, result: Smoke, has_key: bool = False) -> 
 
 # --- the plan and the run -------------------------------------------------------------------
 
-@dataclass
+@dataclass(frozen=True)
 class PlanRow:
     stage: str
     action: str  # skip | run | check
@@ -241,19 +241,20 @@ def _stage_row(ctx: Context, stage: Stage, running: list[str]) -> PlanRow:
     assert stage.status is not None
     first = [name for name in stage.after if name in running]
     status = stale(f"{' and '.join(first)} run(s) first") if first else stage.status(ctx)
-    row = PlanRow(stage.name, "skip" if status.current else "run", _what(ctx, stage), status.detail)
+    detail = status.detail
     if stage.name == "pull" and not status.current:
-        row.detail += f"; {_download_detail(ctx)}"
-    return row
+        detail += f"; {_download_detail(ctx)}"
+    return PlanRow(stage.name, "skip" if status.current else "run", _what(ctx, stage), detail)
 
 
-def _serve_row(ctx: Context, stage: Stage, argv: list[str]) -> PlanRow:
+def _serve_row(ctx: Context, stage: Stage, argv: list[str], shown: str) -> PlanRow:
+    """`shown`: the command as the plan prints it (the API key masked)."""
     inst = instance.Instance(ctx.recipe.name)
     running = inst.read_spec()
     same = (control.status(inst).state == State.READY and bool(running)
             and spec_mod.LaunchSpec.from_json(running).argv == argv)
     return PlanRow(stage.name, "skip" if same else "run",
-                   f"{ctx.recipe.name} is already running with this command" if same else stage.what)
+                   f"{ctx.recipe.name} is already running with this command" if same else stage.what, shown)
 
 
 def plan(ctx: Context) -> list[PlanRow]:
@@ -266,18 +267,17 @@ def plan(ctx: Context) -> list[PlanRow]:
         pass
     # as spec_mod.resolve builds it (no secret among the flags, the recipe's name as --alias), so
     # that it compares equal to the command of a server that runs
-    overrides = command.parse_args(_server_args(ctx))
-    flags, secrets = command.take_secrets(command.merge(command.recipe_flags(ctx.recipe.server_flags), overrides))
-    flags = spec_mod.with_slots(ctx.recipe, spec_mod.with_tree(ctx.recipe, flags, overrides, None), overrides, None)
-    flags, _ = spec_mod.with_context(ctx.recipe, flags, overrides, ctx.models_dir)
-    argv = command.server_argv(binary, str(lay.target_gguf), str(lay.drafter_gguf()), ctx.host, ctx.port, flags,
-                               alias=ctx.recipe.name)
-    key = ctx.api_key or secrets.get("--api-key")
+    # (the recipe's server.gpus included: the cards' environment and split flags)
+    where = devices.placement(ctx.recipe, None, None, Path(binary))
+    resolved = spec_mod.launch_flags(ctx.recipe, command.parse_args(_server_args(ctx)), [],
+                                     "the arguments after `--`", ctx.models_dir, where=where)
+    argv = command.server_argv(binary, str(lay.target_gguf), str(lay.drafter_gguf()), ctx.host, ctx.port,
+                               resolved.flags, alias=ctx.recipe.name)
+    key = ctx.api_key or resolved.secrets.get("--api-key")
     rows: list[PlanRow] = []
     for stage in STAGES:
         if stage.name == "serve":
-            rows.append(_serve_row(ctx, stage, argv))
-            rows[-1].detail = command.display(argv, key)
+            rows.append(_serve_row(ctx, stage, argv, command.display(argv, key, resolved.env)))
         elif stage.status is None:
             rows.append(PlanRow(stage.name, "check", stage.what + (" (CPU: no CUDA needed)" if ctx.cpu else "")))
         else:

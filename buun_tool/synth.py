@@ -100,6 +100,9 @@ class ModelPlan:
     def add(self, key: str, value: Any) -> None:
         self.kv.append((key, value))
 
+    def add_all(self, kv: dict[str, Any]) -> None:
+        self.kv.extend(kv.items())
+
     def matrix(self, name: str, n_in: int, n_out: int, qtype: QT) -> None:
         self.tensors.append(TensorSpec(name, (n_in, n_out), qtype))
 
@@ -167,14 +170,16 @@ def target_plan(geo: TargetGeometry, type_name: str, label: str, special_base: i
     _common_kv(p, label, types.ftype, geo.max_position_embeddings, geo.hidden_size, geo.num_hidden_layers,
                geo.intermediate_size, geo.num_attention_heads, geo.num_key_value_heads, geo.head_dim,
                geo.rms_norm_eps, geo.rope_theta)
-    p.add("qwen35.rope.dimension_count", geo.n_rot)
-    p.add("qwen35.rope.dimension_sections", [*geo.mrope_section, 0][:4])
-    p.add("qwen35.ssm.conv_kernel", geo.linear_conv_kernel_dim)
-    p.add("qwen35.ssm.state_size", geo.linear_key_head_dim)
-    p.add("qwen35.ssm.group_count", geo.linear_num_key_heads)
-    p.add("qwen35.ssm.time_step_rank", geo.linear_num_value_heads)
-    p.add("qwen35.ssm.inner_size", geo.value_dim)
-    p.add("qwen35.full_attention_interval", geo.full_attention_interval)
+    p.add_all({
+        "qwen35.rope.dimension_count": geo.n_rot,
+        "qwen35.rope.dimension_sections": [*geo.mrope_section, 0][:4],
+        "qwen35.ssm.conv_kernel": geo.linear_conv_kernel_dim,
+        "qwen35.ssm.state_size": geo.linear_key_head_dim,
+        "qwen35.ssm.group_count": geo.linear_num_key_heads,
+        "qwen35.ssm.time_step_rank": geo.linear_num_value_heads,
+        "qwen35.ssm.inner_size": geo.value_dim,
+        "qwen35.full_attention_interval": geo.full_attention_interval,
+    })
 
     e = geo.hidden_size
     p.matrix("token_embd.weight", e, geo.vocab_size, types.of("token_embd"))
@@ -326,15 +331,17 @@ def build_vocab(vocab_size: int, special_base: int, mask: int) -> Vocab:
 
 
 def _vocab_kv(plan: ModelPlan, vocab: Vocab, with_mask: bool) -> None:
-    plan.add("tokenizer.ggml.model", "gpt2")
-    plan.add("tokenizer.ggml.pre", "qwen35")
-    plan.add("tokenizer.ggml.tokens", vocab.tokens)
-    plan.add("tokenizer.ggml.token_type", vocab.types)
-    plan.add("tokenizer.ggml.merges", vocab.merges)
-    plan.add("tokenizer.ggml.bos_token_id", vocab.special_base)
-    plan.add("tokenizer.ggml.eos_token_id", vocab.im_end)
-    plan.add("tokenizer.ggml.padding_token_id", vocab.special_base)
-    plan.add("tokenizer.ggml.add_bos_token", False)
+    plan.add_all({
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "qwen35",
+        "tokenizer.ggml.tokens": vocab.tokens,
+        "tokenizer.ggml.token_type": vocab.types,
+        "tokenizer.ggml.merges": vocab.merges,
+        "tokenizer.ggml.bos_token_id": vocab.special_base,
+        "tokenizer.ggml.eos_token_id": vocab.im_end,
+        "tokenizer.ggml.padding_token_id": vocab.special_base,
+        "tokenizer.ggml.add_bos_token": False,
+    })
     if with_mask:
         plan.add("tokenizer.ggml.mask_token_id", vocab.mask)
     plan.add("tokenizer.chat_template", CHATML_TEMPLATE)

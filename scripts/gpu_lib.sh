@@ -32,6 +32,11 @@ NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)  # Ns
 # H100/H200), so no script names one
 CUDA_ARCH=$(python3 -c "from buun_tool import build; print(';'.join(sorted({g.arch for g in build.detect_gpus()})))")
 [ -n "$CUDA_ARCH" ] || { log "no GPU visible to nvidia-smi: no CUDA arch"; exit 1; }
+# On a machine of several cards every part runs on card 0 unless it names its cards (split, rpc):
+# the one-card figures of a multi-card run are then one card's, as on a one-card machine.
+export CUDA_VISIBLE_DEVICES=${GPU_CARD:-0}
+N_CARDS=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+
 # the product's CUDA flags (what `buun build --cuda` configures) less the arch, and with it, for the
 # parts that build only a few targets, in a bash -c command line (the arch quoted: a list of
 # several is "86;90"): bash -c "cmake -S vendor/llama.cpp -B DIR $CUDA_CMAKE ..."
@@ -58,9 +63,14 @@ gpu_build_synth() {
     shift
     gpu_vendor
     step build "$limit" "$@" &
-    local build_pid=$!
+    local build_pid=$! up_pid=
+    if [ "${GPU_UPSTREAM:-0}" = 1 ]; then  # the unpatched pin's build beside it (the upstream part's), same flags
+        step build-upstream 1500 $BUUN build --upstream --cuda --cuda-arch "$CUDA_ARCH" --jobs 16 &
+        up_pid=$!
+    fi
     step synth 600 $BUUN synth --scale full --target-type q4_k_m --draft-type q4_k
     wait $build_pid || { log "build failed"; cp vendor/build/cuda/build.log "$RES/build-full.log" 2>/dev/null; exit 1; }
+    [ -z "$up_pid" ] || wait $up_pid || log "the upstream build failed: the upstream part builds again"
     TARGET=$(ls "$BUUN_MODELS_DIR"/synthetic/synth-*-full-q4_k_m.gguf)
 }
 
@@ -196,7 +206,7 @@ gpu_pack() {
         d=${d%/}
         [ -d "$d" ] || continue
         mkdir -p "$W/pack/$(basename "$d")"
-        cp "$d"/*.json "$d"/*.png "$W/pack/$(basename "$d")/" 2>/dev/null
+        cp "$d"/*.json "$d"/*.png "$d"/*.html "$W/pack/$(basename "$d")/" 2>/dev/null
         for f in "$d"/server-*.log; do
             grep -E "buffer size|rollback =|spec profile|graphs reused|eval time|draft acceptance|cuda graph debug" "$f" \
                 > "$W/pack/$(basename "$d")/$(basename "$f")"

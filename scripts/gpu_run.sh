@@ -45,6 +45,10 @@
 #   slots-bench  `buun bench --concurrency 4` at synthetic AL 7.67: AR and DFlash with one request at
 #                a time and with four at once on four slots (the issue-24 ratios), with the step profile
 #   fit-slots    `buun fit --slots N --measure` for 1, 2 and 4 slots: what each slot costs, measured
+#   split        two cards: the harness and the bench with the target split over cards 0 and 1
+#   rpc          two cards: the same with card 1 behind an RPC worker (ggml-rpc-server) on this host
+#   fit-split    two cards: `buun fit --measure` of card 0 alone and of the split over 0 and 1 as `buun
+#                serve --gpus 0,1` plans it (each card's buffers and nvidia-smi against the plan)
 #   pack         $W/results.tgz: what the docs keep of the run
 . "$(dirname "$0")/gpu_lib.sh"
 
@@ -95,8 +99,15 @@ part_ampere() {
     done
 }
 
+# GPU_HARNESS_K: a pytest -k selection of the two files, for a run short of device time
 part_correctness() {
-    step correctness 1200 bash scripts/gpu_correctness.sh "$BIN" "$RES"
+    if [ -n "${GPU_HARNESS_K:-}" ]; then
+        step correctness 1200 bash scripts/gpu_correctness.sh "$BIN" "$RES" correctness-cuda \
+            tests/test_correctness.py tests/test_slots.py -k "$GPU_HARNESS_K"
+    else
+        step correctness 1200 bash scripts/gpu_correctness.sh "$BIN" "$RES"
+    fi
+    tail -1 "$RES/correctness-cuda.txt" | tee -a "$RES/summary.txt"
 }
 
 part_tree_decode() {
@@ -119,9 +130,11 @@ part_bench() {
 
 # the upstream build copies the settings of build's (its stamp), so the two differ by the patches alone
 part_upstream() {
-    step build-upstream 1500 $BUUN build --upstream --jobs 16 || return 1
+    if [ ! -x vendor/build/upstream-cuda/bin/llama-server ]; then  # GPU_UPSTREAM=1 builds it beside build's
+        step build-upstream 1500 $BUUN build --upstream --jobs 16 || return 1
+    fi
     cp vendor/build/upstream-cuda/buun-build.json "$RES/buun-build-upstream.json"
-    step bench-upstream 1200 $BUUN bench "${BENCH[@]}" --against upstream --synthetic-al 1 --synthetic-al 7.67 \
+    step bench-upstream 1200 $BUUN bench "${BENCH[@]}" --against upstream --report --synthetic-al 1 --synthetic-al 7.67 \
         --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-upstream"
 }
 
@@ -176,6 +189,62 @@ part_fit_slots() {
     local n
     for n in 1 2 4; do
         step "fit-slots$n" 300 $BUUN fit --slots "$n" --ctx-per-slot 8192 --measure --scale full --json
+    done
+}
+
+# Two cards (a machine of several): the target split by layers over cards 0 and 1, the drafter on
+# card 1, which holds the last layers (what `buun serve --gpus 0,1` runs); then card 1 reached
+# through an RPC worker on this host (ggml-rpc-server, what `buun worker` runs) with card 0 local:
+# llama.cpp puts RPC devices first, so the local card holds the last layers and the drafter. Each:
+# the correctness harness (its chain checks) and the bench at synthetic AL 7.67 with the step
+# profile, against the bench part's one-card figures of the same run.
+SPLIT_ARGS="-sm layer -dev CUDA0,CUDA1 -devd CUDA1"
+RPC_PORT=50052
+RPC_ARGS="--rpc 127.0.0.1:$RPC_PORT -devd CUDA0"
+# the checks of state across devices: greedy = AR, rollback and tape replay against decoding from
+# scratch, device features, slot save/restore, a request ending inside its draft (chains only)
+HARNESS_K="(lossless_greedy or rollback_matches or tape_replay or device_features or survives_slot_save or ends_inside) \
+and not tree and not backend_sampling"
+
+two_cards() {
+    [ "$N_CARDS" -ge 2 ] || { log "one card only: the $1 part needs two"; return 1; }
+}
+
+part_split() {
+    two_cards split || return 1
+    # the -ts `buun serve --gpus 0,1` passes at the bench's context (fit's plan for these cards)
+    local ts
+    ts=$($BUUN fit --gpus 0,1 --ctx 6048 --json | python3 -c "import json, sys; print(json.load(sys.stdin)['split']['ts'])")
+    SPLIT_ARGS+=" -ts ${ts:-1,1}"
+    log "split: $SPLIT_ARGS"
+    step correctness-split 900 env CUDA_VISIBLE_DEVICES=0,1 BUUN_TEST_DEVICE_ARGS="$SPLIT_ARGS" \
+        bash scripts/gpu_correctness.sh "$BIN" "$RES" correctness-split tests/test_correctness.py -k "$HARNESS_K"
+    tail -1 "$RES/correctness-split.txt" | tee -a "$RES/summary.txt"
+    step bench-split 600 env CUDA_VISIBLE_DEVICES=0,1 LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" \
+        --server-args "$SPLIT_ARGS" --synthetic-al 7.67 --prompts 2 --n-predict 512 --out "$RES/bench-split"
+}
+
+part_rpc() {
+    two_cards rpc || return 1
+    # the worker caches tensors it was sent (-c): the bench's second server loads from its disk
+    CUDA_VISIBLE_DEVICES=1 setsid "$BIN/ggml-rpc-server" -p "$RPC_PORT" -c > "$RES/rpc-worker.log" 2>&1 &
+    local worker=$!
+    for _ in $(seq 30); do (exec 3<>/dev/tcp/127.0.0.1/$RPC_PORT) 2>/dev/null && break; sleep 1; done
+    step correctness-rpc 900 env BUUN_TEST_DEVICE_ARGS="$RPC_ARGS" \
+        bash scripts/gpu_correctness.sh "$BIN" "$RES" correctness-rpc tests/test_correctness.py -k "$HARNESS_K"
+    tail -1 "$RES/correctness-rpc.txt" | tee -a "$RES/summary.txt"
+    step bench-rpc 600 env LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" --server-args "$RPC_ARGS" \
+        --synthetic-al 7.67 --prompts 2 --n-predict 512 --out "$RES/bench-rpc"
+    kill "$worker"
+}
+
+part_fit_split() {
+    local ctx
+    two_cards fit-split || return 1
+    step fit-split-plan 60 $BUUN fit --gpus 0,1
+    for ctx in 6048 131072; do
+        step "fit-gpu0-c$ctx" 300 $BUUN fit --gpus 0 --ctx "$ctx" --measure --scale full --json
+        step "fit-split-c$ctx" 300 $BUUN fit --gpus 0,1 --ctx "$ctx" --measure --scale full --json
     done
 }
 

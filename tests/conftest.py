@@ -10,8 +10,8 @@ import pytest
 from buun_tool import build
 
 # fixture modules shared by several test files
-pytest_plugins = ["tests.build_fixtures", "tests.fake_llama", "tests.models", "tests.models_fixtures",
-                  "tests.server_fixtures"]
+pytest_plugins = ["tests.build_fixtures", "tests.fake_gpus", "tests.fake_llama", "tests.models",
+                  "tests.models_fixtures", "tests.server_fixtures"]
 
 
 @pytest.fixture(autouse=True)

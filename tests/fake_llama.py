@@ -47,17 +47,20 @@ class FakeProject:
         (self.root / "vendor" / "pin.yaml").write_text(yaml.safe_dump(pin))
 
 
-def _tree_hash_of(files: dict[str, str], tmp: Path) -> str:
-    """The git tree hash of the trimmed tree, computed independently of buun's code."""
-    d = tmp / "hash-tree"
+def _write_tree(root: Path, files: dict[str, str]) -> None:
+    """The files under root, scripts executable (as git records them)."""
     for rel, text in files.items():
-        if rel.startswith("docs/") or rel.startswith("models/"):
-            continue
-        p = d / rel
+        p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
         if rel.endswith(".sh"):
             p.chmod(0o755)
+
+
+def _tree_hash_of(files: dict[str, str], tmp: Path) -> str:
+    """The git tree hash of the trimmed tree, computed independently of buun's code."""
+    d = tmp / "hash-tree"
+    _write_tree(d, {rel: text for rel, text in files.items() if not rel.startswith(("docs/", "models/"))})
     run("git", "init", "-q", str(d))
     run("git", "add", "-A", cwd=d)
     return run("git", "write-tree", cwd=d)
@@ -66,12 +69,7 @@ def _tree_hash_of(files: dict[str, str], tmp: Path) -> str:
 @pytest.fixture
 def fake_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeProject:
     upstream = tmp_path / "upstream"
-    for rel, text in FILES.items():
-        p = upstream / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-        if rel.endswith(".sh"):
-            p.chmod(0o755)
+    _write_tree(upstream, FILES)
     run("git", "init", "-q", str(upstream))
     run("git", "-C", str(upstream), "config", "uploadpack.allowAnySHA1InWant", "true")
     run("git", "-C", str(upstream), "add", "-A")

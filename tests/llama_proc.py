@@ -7,6 +7,7 @@ tests.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,13 +18,22 @@ import requests
 from buun_tool.server import command, process
 from buun_tool.server.local import LocalServer
 
-__all__ = ["Server", "gpu_layers", "llama_server"]
+__all__ = ["Server", "gpu_layers", "llama_server", "placement"]
 
 
 def gpu_layers() -> list[str]:
     """`-ngl 99 -ngld 99` when the harness runs against a GPU build (BUUN_TEST_NGL=99)."""
     n = os.environ.get("BUUN_TEST_NGL")
     return ["-ngl", n, "-ngld", n] if n else []
+
+
+def placement(args: list[str]) -> list[str]:
+    """Where a DFlash server of the harness puts the models: BUUN_TEST_DEVICE_ARGS, which the GPU
+    driver sets to run the same checks with the target split over two cards (`-sm layer -dev
+    CUDA0,CUDA1 -devd CUDA1`) or with a card behind an RPC worker (`--rpc HOST:PORT`). Servers
+    without a drafter, the AR references, stay on the local device: a ggml-rpc-server serves one
+    client at a time, so a reference beside the server under test would wait for it forever."""
+    return shlex.split(os.environ.get("BUUN_TEST_DEVICE_ARGS", "")) if "-md" in args else []
 
 
 class Server:
@@ -51,7 +61,7 @@ def llama_server(bin_dir: Path, args: list[str], log: Path, ready_timeout: float
     """A llama-server of the build under test on a free loopback port (`args` name the models with
     -m / -md), built and run as `buun bench` builds and runs its servers: command.server_argv,
     server.local.LocalServer (process group, /health wait, SIGTERM then SIGKILL)."""
-    target, draft, flags = command.take_models(command.parse_args(args))
+    target, draft, flags = command.take_models(command.parse_args([*args, *placement(args)]))
     argv = command.server_argv(str(bin_dir / "llama-server"), target, draft, "127.0.0.1", process.free_port(), flags)
     with LocalServer(argv, log, load_timeout=ready_timeout) as local:
         yield Server(local.url, log)

@@ -43,7 +43,7 @@ class TestConfigs:
     def test_a_configuration_is_data_in_the_json(self) -> None:
         data = bench_configs.synthetic(3.0).to_json()
         assert data == {"name": "dflash-al3", "label": "DFlash AL 3 (synthetic)", "spec": True, "synthetic_al": 3.0,
-                        "tree_budget": None, "expected_al": None,
+                        "tree_budget": None, "expected_al": None, "concurrency": 1,
                         "overrides": {"set": [["--spec-synth-len", "3"]], "drop": [], "respell": []}, "build": "buun"}
 
 

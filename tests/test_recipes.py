@@ -120,7 +120,7 @@ def test_unknown_keys_are_errors_with_the_nearest_valid_key(tmp_path: Path, dott
 
 def test_an_unknown_key_with_no_near_one_lists_the_valid_keys(tmp_path: Path):
     path = _write(tmp_path, _set(_shipped(), "server.port", 8080))
-    with pytest.raises(recipes.RecipeError, match=r"server\.port: unknown key \(valid: flags, slots, tree\)"):
+    with pytest.raises(recipes.RecipeError, match=r"server\.port: unknown key \(valid: flags, gpus, slots, tree\)"):
         recipes.load(str(path))
 
 

@@ -4,6 +4,7 @@ The real workers are in tests/test_worker.py and tests/test_rpc_serve.py."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -120,6 +121,7 @@ class TestPlacement:
 
     def test_print_cmd_takes_one_device_per_worker(self) -> None:
         assert [d.name for d in rpc.assumed_devices(rpc.parse("a:1,b:2,c:3"))] == ["RPC0", "RPC1", "RPC2"]
+        assert [d.name for d in rpc.assumed_devices(rpc.parse("a:1"), 1)] == ["RPC0", "CUDA0"]
 
 
 class TestReachable:
@@ -155,7 +157,8 @@ class TestDiagnosis:
 
 
 class TestCommand:
-    def test_workers_come_first_and_the_drafter_goes_last(self, fake_bin: Path, tiny_files: tuple[Path, Path]) -> None:
+    def test_workers_come_first_and_the_drafter_goes_last(self, fake_bin: Path, tiny_files: tuple[Path, Path],
+                                                           no_cards: None) -> None:
         target, draft = tiny_files
         r = buun("serve", "--print-cmd", "--model", str(target), "--draft", str(draft),
                  "--rpc", "10.0.0.5:50052,10.0.0.6:50052")
@@ -167,6 +170,14 @@ class TestCommand:
                  "--", "-devd", "CUDA0")
         assert r.returncode == 0 and r.stdout.split().count("-devd") == 1 and "-devd CUDA0" in r.stdout
         assert "-devd CUDA0: the drafter shares the target's output matrix, which is on RPC0" in flat(r.stderr)
+
+    def test_one_card_with_workers_several_refused(self, two_cards: Path, tiny_files: tuple[Path, Path]) -> None:
+        target, draft = tiny_files
+        args = ("serve", "--print-cmd", "--model", str(target), "--draft", str(draft), "--rpc", "10.0.0.5:50052")
+        r = buun(*args, "--gpus", "1")
+        assert r.returncode == 0 and "-devd CUDA0" in r.stdout, r.stderr  # the local card holds the last layers
+        r = buun(*args, "--gpus", "0,1")
+        assert r.returncode == 2 and "--rpc with several cards (0,1)" in flat(r.stderr)
 
     def test_rpc_is_buuns_own(self, fake_bin: Path, tiny_files: tuple[Path, Path]) -> None:
         target, draft = tiny_files
@@ -180,6 +191,16 @@ class TestCommand:
         assert r.returncode == 3, r.stderr
         assert f"worker 127.0.0.1:{port} is not reachable" in flat(r.stderr)
         assert f"buun worker start --port {port}" in flat(r.stderr)
+
+
+@pytest.fixture
+def no_cards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An nvidia-smi that finds no card, whatever the machine has: --print-cmd then assumes none."""
+    smi = tmp_path / "no-smi" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\nexit 9\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
 
 
 @pytest.fixture

@@ -47,7 +47,7 @@ def test_greedy_dflash_over_two_workers_is_local_ar(buun: Buun, llama_bin: Path,
     workers, port = start_workers(b), free_port()
     b.start("rpc", port, "--rpc", rpc_arg(workers), extra=(*TEST_FLAGS, "-c", "2048", *EXACT))
     st = b.status("rpc")
-    assert st["placement"]["draft_device"] == "RPC1" and "last layers" in st["placement"]["why"]
+    assert st["rpc_placement"]["draft_device"] == "RPC1" and "last layers" in st["rpc_placement"]["why"]
     assert [(w["address"], w["devices"], w["connection"]) for w in st["workers"]] == [
         (f"127.0.0.1:{workers[0]}", ["RPC0"], "connected"), (f"127.0.0.1:{workers[1]}", ["RPC1"], "connected")]
     assert "-devd RPC1" in " ".join(st["command"])

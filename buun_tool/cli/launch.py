@@ -21,6 +21,7 @@ import typer
 
 from buun_tool import paths
 from buun_tool.cli.options import ModelsDirOpt
+from buun_tool.server import devices
 from buun_tool.server import spec as spec_mod
 
 SUPERVISION = "Supervision"
@@ -54,6 +55,13 @@ RpcOpt = Annotated[str | None, typer.Option(
     help="Split the model over these RPC workers (`buun worker start` on each; llama-server's --rpc). Each must "
     "answer before the launch; the drafter goes on the device that holds the target's last layers and output "
     "matrix, which it shares. README: \"Other machines\".")]
+GpusOpt = Annotated[str | None, typer.Option(
+    "--gpus", metavar="0,1", show_default=False,
+    help="The cards to run on, by nvidia-smi index; several split the target by layers (-sm layer, -ts from "
+    "`buun fit --gpus`). Default: the recipe's server.gpus, else every card CUDA finds.")]
+DraftGpuOpt = Annotated[int | None, typer.Option(
+    "--draft-gpu", metavar="N", show_default=False,
+    help="The card of the drafter, one of --gpus (default: the last, which holds the target's last layers).")]
 DropOpt = Annotated[list[str] | None, typer.Option("--drop", metavar="FLAG",
                                                   help="Leave out a recipe flag (repeatable): --drop -cd.")]
 ReadyTimeout = Annotated[float, typer.Option(help="Seconds without load progress before giving up.",
@@ -94,6 +102,8 @@ class LaunchOptions:
     drops: list[str]
     tree_budget: int | None  # --tree-budget: replaces the recipe's server.tree.budget (spec.with_tree)
     slots: int | None  # --slots: replaces the recipe's server.slots (spec.with_slots)
+    gpus: tuple[int, ...] | None  # --gpus: replaces the recipe's server.gpus (server/devices.py)
+    draft_gpu: int | None  # --draft-gpu
     rpc: str | None  # --rpc: the RPC workers (spec.with_workers)
     extra: list[str]  # llama-server flags after `--`
     policy: spec_mod.Policy
@@ -103,14 +113,15 @@ class LaunchOptions:
                                 draft=self.draft, host=self.host, port=self.port, extra=self.extra,
                                 drops=self.drops, api_key=api_key, no_api_key=self.no_api_key, policy=self.policy,
                                 need_models=need_models, tree_budget=self.tree_budget, slots=self.slots,
-                                workers=self.rpc)
+                                workers=self.rpc, gpus=self.gpus, draft_gpu=self.draft_gpu)
 
 
 def _bundle(
     ctx: typer.Context, recipe: RecipeArg = None, name: NameOpt = None, model: ModelOpt = None,
     draft: DraftOpt = None, models_dir: ModelsDirOpt = None, host: HostOpt = spec_mod.DEFAULT_HOST,
     port: PortOpt = spec_mod.DEFAULT_PORT, no_api_key: NoKeyOpt = False, drop: DropOpt = None,
-    tree_budget: TreeBudgetOpt = None, slots: SlotsOpt = None, rpc: RpcOpt = None,
+    tree_budget: TreeBudgetOpt = None, slots: SlotsOpt = None, gpus: GpusOpt = None, draft_gpu: DraftGpuOpt = None,
+    rpc: RpcOpt = None,
     ready_timeout: ReadyTimeout = _P.ready_timeout, health_interval: HealthInterval = _P.health_interval,
     health_timeout: HealthTimeout = _P.health_timeout, health_failures: HealthFailures = _P.health_failures,
     max_crashes: MaxCrashes = _P.max_crashes, crash_window: CrashWindow = _P.crash_window,
@@ -127,7 +138,8 @@ def _bundle(
                              crash_window, backoff, backoff_max, stop_timeout, int(log_max_mb * 2**20), log_keep,
                              stall_timeout)
     return LaunchOptions(recipe, name, model, draft, paths.models_dir(models_dir), host, port, no_api_key,
-                         list(drop or []), tree_budget, slots, rpc, extra, policy)
+                         list(drop or []), tree_budget, slots, devices.parse_gpus(gpus) if gpus else None, draft_gpu,
+                         rpc, extra, policy)
 
 
 _SHARED = list(inspect.signature(_bundle, eval_str=True).parameters.values())

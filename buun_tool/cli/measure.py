@@ -20,6 +20,9 @@
                                     with a tree budget, what the tree adds over the chain; the largest
                                     context per slot for 1 to 8 slots, what one more slot costs, and
                                     how many slots of --ctx-per-slot tokens fit
+    buun fit --gpu-mem 24,24 | --gpus 0,1 [--draft-gpu N] [--measure]
+                                    a layer split over several cards: each card's layers and memory,
+                                    the -ts buun serve passes, the largest context
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ import typer
 from rich.table import Table
 
 from buun_tool import bench, bench_configs, build, chart, compare, console, fit, patches, paths, recipes, report, synth
+from buun_tool.cli import fit_split
 from buun_tool.cli.options import ModelsDirOpt
 from buun_tool.errors import NotReadyError, UsageError
+from buun_tool.server import devices
 
 RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file (default: qwen3.5-27b-dflash).",
                                                  show_default=False)]
@@ -298,11 +303,6 @@ def _gib(n: float) -> str:
     return f"{n / fit.GIB:.2f}"
 
 
-def _default_gpu_gib() -> float:
-    gpus = build.detect_gpus()
-    return gpus[0].memory_mib / 1024 if gpus else 24.0
-
-
 def _fit_table(pred: fit.Prediction, measured: fit.Measurement | None) -> Table:
     """Predicted (and measured) memory by component, in GiB, or MiB for the tiny models."""
     unit, div = ("GiB", fit.GIB) if pred.total > 2 * fit.GIB else ("MiB", fit.MIB)
@@ -331,8 +331,18 @@ def _fit_table(pred: fit.Prediction, measured: fit.Measurement | None) -> Table:
 
 def fit_cmd(
     recipe: RecipeArg = None,
-    gpu_mem: Annotated[float | None, typer.Option("--gpu-mem", help="GPU memory in GiB (nvidia-smi MiB / 1024; "
-                                                  "default: the GPU here, else 24).", show_default=False)] = None,
+    gpu_mem: Annotated[str | None, typer.Option("--gpu-mem", metavar="GIB[,GIB...]", help="GPU memory in GiB "
+                                                "(nvidia-smi MiB / 1024), one number per card: 24,24 plans a layer "
+                                                "split over two (default: the cards of --gpus or the recipe's "
+                                                "server.gpus, else the GPU here, else 24).",
+                                                show_default=False)] = None,
+    gpus: Annotated[str | None, typer.Option("--gpus", metavar="0,1", help="The cards of a layer split, by "
+                                             "nvidia-smi index: their memory from nvidia-smi (as `buun serve "
+                                             "--gpus` plans it); --measure loads the split on them.",
+                                             show_default=False)] = None,
+    draft_gpu: Annotated[int | None, typer.Option("--draft-gpu", metavar="N", help="The drafter's card, one of "
+                                                  "--gpus (or a position in --gpu-mem); default: the last.",
+                                                  show_default=False)] = None,
     ctx: Annotated[int | None, typer.Option("--ctx", help="-c (default: the recipe's).", show_default=False)] = None,
     ctk: Annotated[str | None, typer.Option("--ctk", help="KV cache type: f16, q8_0, q4_0, ...",
                                             show_default=False)] = None,
@@ -390,8 +400,12 @@ def fit_cmd(
     if ctx_per_slot:
         flags = replace(flags, ctx=ctx_per_slot * n_slots)
     fit.check_tree(flags)
-    gpu_gib = gpu_mem or _default_gpu_gib()
+    cards, draft, on_cards = fit_split.cards(gpu_mem, gpus, draft_gpu, r.gpus)
     weights = fit.default_weights(r, models)
+    if len(cards) > 1:
+        return fit_split.run(r, flags, cards, draft, margin, weights, measure_, _default_scale(scale), models,
+                             on_cards, json_out)
+    gpu_gib = cards[0].gib
     pred = fit.predict(r, flags, weights=weights)
     report = {"gpu_gib": gpu_gib, "margin_gib": margin, "fits": fit.fits(pred, gpu_gib, margin),
               "max_ctx": fit.max_context(r, flags, gpu_gib, margin, weights=weights),
@@ -399,7 +413,8 @@ def fit_cmd(
               "knobs": fit.knobs(r, flags, gpu_gib, margin, weights=weights),
               "tree_extra": _tree_extra(r, flags, weights),
               "slots": _slots_report(r, flags, gpu_gib, margin, weights, ctx_per_slot)}
-    measured, compared = _measure(r, flags, scale, models) if measure_ else (None, None)
+    single = devices.Placement((cards[0].index,), cards[0].index, ()) if on_cards else None
+    measured, compared = _measure(r, flags, scale, models, single) if measure_ else (None, None)
     if json_out:
         report["knobs"] = [{"change": k.change, "total_gib": k.total_bytes / fit.GIB, "max_ctx": k.max_ctx}
                            for k in report["knobs"]]
@@ -443,11 +458,13 @@ def _slots_report(r: recipes.Recipe, flags: fit.FitFlags, gpu_gib: float, margin
     return out
 
 
-def _measure(r: recipes.Recipe, flags: fit.FitFlags, scale: str | None, models: Path
-             ) -> tuple[fit.Measurement, fit.Prediction]:
-    """The real llama-server's buffers, and the prediction for exactly what was loaded."""
+def _measure(r: recipes.Recipe, flags: fit.FitFlags, scale: str | None, models: Path,
+             where: devices.Placement | None = None) -> tuple[fit.Measurement, fit.Prediction]:
+    """The real llama-server's buffers, and the prediction for exactly what was loaded (on the
+    one card `where` names, if it names one)."""
     s = _default_scale(scale)
-    measured = fit.measure(r, flags, paths.synthetic_models_dir(models), paths.state_dir() / "fit", scale=s)
+    measured = fit.measure(r, flags, paths.synthetic_models_dir(models), paths.state_dir() / "fit", scale=s,
+                           env=where.env if where else None)
     weights = fit.weights_from_plan(r, s, "q4_k_m", "q4_k")
     return measured, fit.predict(r, measured.flags, scale=s, weights=weights, cuda=bool(build.detect_gpus()))
 

@@ -6,6 +6,7 @@
     buun serve --print-cmd [-- -c 4096]   show the llama-server command (secrets masked; models may be missing)
     buun serve --tree-budget 22           verify a DDTree of 22 draft nodes per step (0: the chain)
     buun serve --slots 4                  serve 4 requests at once (each slot a share of -c)
+    buun serve --gpus 0,1 [--draft-gpu 0] the target split by layers over cards 0 and 1 (server/devices.py)
     buun serve --rpc 10.0.0.5:50052,...   split the model over RPC workers (`buun worker start` on each)
     buun start [RECIPE] [same options]    the same supervisor, detached; returns once ready
     buun stop [NAME] [--all]              SIGTERM, grace, SIGKILL: no process left behind
@@ -36,7 +37,7 @@ import typer
 from buun_tool import console, paths
 from buun_tool.cli.launch import ApiKeyOpt, LaunchOptions, launch_command
 from buun_tool.errors import Exit, UsageError
-from buun_tool.server import command, control, logfile, service
+from buun_tool.server import command, control, devices, logfile, service
 from buun_tool.server import spec as spec_mod
 from buun_tool.server.instance import Instance, all_instances
 from buun_tool.server.state import State
@@ -70,7 +71,7 @@ def serve(
     `--drop FLAG` leaves a recipe flag out."""
     spec, key = opts.resolve(api_key, need_models=not print_cmd)
     if print_cmd:  # also before the models exist: the command shows the paths they will have
-        console.out.print(command.display(spec.argv, key), markup=False)
+        console.out.print(command.display(spec.argv, key, spec.env), markup=False)
         for problem in spec.missing_files():
             console.warn(f"{problem.message}; {problem.hint}")
         return
@@ -181,8 +182,9 @@ def _print_status(st: control.InstanceStatus) -> None:
         row("target", r.target)
         row("draft", r.draft)
     row("endpoint", st.endpoint if live else None)
-    _print_placement(st, row)
     row("context", f"{st.context['value']} ({st.context['why']})" if st.context and live else None)
+    row("GPUs", devices.describe(st.placement) if st.placement and live else None)
+    _print_rpc_placement(st, row)
     probes = st.probes
     row("health", probes.health if probes else None)
     if r and r.unresponsive_since:
@@ -209,23 +211,25 @@ def _print_status(st: control.InstanceStatus) -> None:
     gpu = probes.gpu if probes else None
     if gpu:
         used = ", ".join(f"GPU{g['index']} {g['used_mib']}/{g['total_mib']} MiB" for g in gpu.get("gpus", []))
-        row("GPU", f"llama-server {gpu.get('server_mib') or '?'} MiB; {used}")
+        mine = gpu.get("server_by_gpu") or {}
+        each = f" ({', '.join(f'GPU{i} {mib}' for i, mib in mine.items())})" if len(mine) > 1 else ""
+        row("GPU", f"llama-server {gpu.get('server_mib') or '?'} MiB{each}; {used}")
     if r and r.error:
         row("error", r.error.get("message", "").splitlines()[0])
     row("log", r.log if r else None)
 
 
-def _print_placement(st: control.InstanceStatus, row: Any) -> None:
+def _print_rpc_placement(st: control.InstanceStatus, row: Any) -> None:
     """With RPC workers: where the target's layers and the drafter run, each worker's connection,
     and a lost worker with what to do."""
-    if not st.placement:
+    if not st.rpc_placement:
         return
-    where = {d["name"]: d["where"] for d in st.placement["devices"]}
+    where = {d["name"]: d["where"] for d in st.rpc_placement["devices"]}
     row("layers", "split over " + ", ".join(f"{n} ({w})" for n, w in where.items()) + ", in this order")
-    dev = st.placement.get("draft_device")
+    dev = st.rpc_placement.get("draft_device")
     if dev:
         row("drafter", f"on {dev}" + (f" ({where[dev]})" if dev in where else "")
-            + (f": {st.placement['why']}" if st.placement.get("why") else ""))
+            + (f": {st.rpc_placement['why']}" if st.rpc_placement.get("why") else ""))
     for w in st.workers or []:
         state = w["connection"] or "(llama-server is not running)"
         if w["lost"]:

@@ -238,9 +238,10 @@ def mask(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def display(argv: Sequence[str], api_key: str | None = None) -> str:
-    """The command a user could paste, secrets masked."""
-    prefix = f"{API_KEY_ENV}={MASK} " if api_key else ""
+def display(argv: Sequence[str], api_key: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """The command a user could paste, secrets masked, after the variables it needs (`env`: the cards)."""
+    prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in (env or {}).items())
+    prefix += f"{API_KEY_ENV}={MASK} " if api_key else ""
     return prefix + shlex.join(mask(argv))
 
 

@@ -286,11 +286,11 @@ class InstanceStatus:
     supervisor_uptime_s: float | None = None
     endpoint: str | None = None
     context: dict[str, Any] | None = None  # fit.ContextChoice: the -c it was launched with, and why
+    placement: dict[str, Any] | None = None  # --gpus: the cards and the split (devices.with_split)
     health_failures_allowed: int | None = None
     probes: Probes | None = None  # a live server only
     workers: list[dict[str, Any]] | None = None  # RPC workers (workers_of)
-    placement: dict[str, Any] | None = None  # with workers: the devices in order and the drafter's
-
+    rpc_placement: dict[str, Any] | None = None  # with workers: the devices in order and the drafter's
 
     def to_json(self) -> dict[str, Any]:
         out = self.record.to_json() if self.record else {}
@@ -298,8 +298,9 @@ class InstanceStatus:
                    server_pid=self.server_pid, orphan=self.orphan, uptime_s=self.uptime_s,
                    supervisor_uptime_s=self.supervisor_uptime_s, endpoint=self.endpoint,
                    model_files={"target": self.record.target, "draft": self.record.draft} if self.record else None,
-                   context=self.context, health_failures_allowed=self.health_failures_allowed,
-                   workers=self.workers, placement=self.placement)
+                   context=self.context, placement=self.placement,
+                   health_failures_allowed=self.health_failures_allowed, workers=self.workers,
+                   rpc_placement=self.rpc_placement)
         if self.probes:
             out.update(health=self.probes.health, slots=self.probes.slots, dflash=self.probes.dflash,
                        gpu=self.probes.gpu, probe_timeout_s=self.probes.timeout_s)
@@ -323,9 +324,10 @@ def status(inst: Instance, api_key: str | None = None) -> InstanceStatus:
         uptime_s=round(now - r.server_started_at, 1) if server and r.server_started_at else None,
         supervisor_uptime_s=round(now - r.started_at, 1) if running and r.started_at else None,
         endpoint=url, context=data.get("context") if data else None,
+        placement=data.get("placement") if data else None,
         health_failures_allowed=(data.get("policy") or {}).get("health_failures") if data else None,
         workers=workers_of(data or {}, r, server.pid if server else None),
-        placement=placement_of(data or {}),
+        rpc_placement=rpc_placement_of(data or {}),
         probes=_probe_all(url, api_key or os.environ.get(API_KEY_ENV), server.pid) if server and url else None)
 
 
@@ -337,16 +339,16 @@ def workers_of(spec: dict[str, Any], r: Record, server_pid: int | None) -> list[
     if not workers:
         return None
     states = rpc.connections(server_pid, rpc.parse(rpc.join(workers))) if server_pid else {}
-    return [{"address": w, "devices": [d["name"] for d in spec.get("devices") or [] if d.get("where") == w],
+    return [{"address": w, "devices": [d["name"] for d in spec.get("rpc_devices") or [] if d.get("where") == w],
              "connection": states.get(w), "lost": r.lost_workers.get(w),
              "lost_since": r.lost_since if w in r.lost_workers else None,
              "next_step": rpc.next_step(w) if w in r.lost_workers else None} for w in workers]
 
 
-def placement_of(spec: dict[str, Any]) -> dict[str, Any] | None:
+def rpc_placement_of(spec: dict[str, Any]) -> dict[str, Any] | None:
     if not spec.get("rpc"):
         return None
-    return {"devices": spec.get("devices") or [], "draft_device": spec.get("draft_device"),
+    return {"devices": spec.get("rpc_devices") or [], "draft_device": spec.get("draft_device"),
             "why": spec.get("draft_device_why") or ""}
 
 

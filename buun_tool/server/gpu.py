@@ -53,6 +53,30 @@ def used_mib(timeout: float = 10) -> int | None:
     return sum(g["used_mib"] for g in gpus) if gpus else None
 
 
+def used_by_card(timeout: float = 10) -> dict[int, int] | None:
+    """`memory.used` of each GPU by nvidia-smi index (MiB); None without nvidia-smi or a GPU it can read."""
+    gpus = _gpus(timeout)
+    return {g["index"]: g["used_mib"] for g in gpus} if gpus else None
+
+
+def parse_bus_apps(apps: str, cards: str) -> dict[int, dict[int, int]]:
+    """`--query-compute-apps=pid,gpu_bus_id,used_memory` and `--query-gpu=index,pci.bus_id` ->
+    {pid: {card index: MiB}}: what each process holds on each card."""
+    index = {}
+    for line in cards.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit():
+            index[parts[1].lower()] = int(parts[0])
+    out: dict[int, dict[int, int]] = {}
+    for line in apps.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3 and parts[0].isdigit() and parts[2].isdigit() and parts[1].lower() in index:
+            per = out.setdefault(int(parts[0]), {})
+            card = index[parts[1].lower()]
+            per[card] = per.get(card, 0) + int(parts[2])
+    return out
+
+
 def memory_for(pid: int, timeout: float = 10) -> dict[str, Any] | None:
     if not shutil.which("nvidia-smi"):
         return None
@@ -60,7 +84,11 @@ def memory_for(pid: int, timeout: float = 10) -> dict[str, Any] | None:
     gpus = _gpus(timeout)
     if apps is None and gpus is None:
         return None
-    return {"server_mib": parse_apps(apps or "").get(pid), "gpus": gpus or []}
+    by_card = _smi("--query-compute-apps=pid,gpu_bus_id,used_memory", timeout=timeout)
+    cards = _smi("--query-gpu=index,pci.bus_id", timeout=timeout)
+    mine = parse_bus_apps(by_card or "", cards or "").get(pid, {})
+    return {"server_mib": parse_apps(apps or "").get(pid), "gpus": gpus or [],
+            "server_by_gpu": {str(i): mib for i, mib in sorted(mine.items())}}
 
 
 class MemorySampler:

@@ -13,6 +13,7 @@ the worker reads end-of-file where it expects a hello and goes back to accepting
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import socket
 import subprocess
@@ -133,7 +134,7 @@ class Placement:
     why: str
 
 
-def list_devices(binary: str, endpoints: Sequence[Endpoint]) -> list[Device]:
+def list_devices(binary: str, endpoints: Sequence[Endpoint], env: dict[str, str] | None = None) -> list[Device]:
     """The devices llama-server uses with these workers, in the order it splits the layers over
     them: each worker's devices, named RPC0, RPC1, ... in the order of --rpc, then the local GPUs.
     `--list-devices` lists the local ones first; the model puts the RPC ones first (llama.cpp's
@@ -141,7 +142,8 @@ def list_devices(binary: str, endpoints: Sequence[Endpoint]) -> list[Device]:
     transfers"; seen on an H100 with a worker: "using device RPC0", then "using device CUDA0")."""
     argv = [binary, *(["--rpc", join(endpoints)] if endpoints else []), "--list-devices"]
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=LIST_TIMEOUT, stdin=subprocess.DEVNULL)
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=LIST_TIMEOUT, stdin=subprocess.DEVNULL,
+                             env={**os.environ, **(env or {})})  # the cards the server will see (devices.py)
     except subprocess.TimeoutExpired:
         raise NotReadyError(
             f"llama-server could not list the devices of the workers {join(endpoints)} within {LIST_TIMEOUT:g} s",
@@ -188,10 +190,11 @@ def place(devices: Sequence[Device], flags: Sequence[Flag]) -> Placement:
     return Placement(gpus, last.name, why)
 
 
-def assumed_devices(endpoints: Sequence[Endpoint]) -> list[Device]:
-    """One device per worker, as `buun worker start` gives without --device: for --print-cmd,
-    which does not ask the workers."""
-    return [Device(f"RPC{i}", str(ep)) for i, ep in enumerate(endpoints)]
+def assumed_devices(endpoints: Sequence[Endpoint], local_cards: int = 0) -> list[Device]:
+    """One device per worker, as `buun worker start` gives without --device, then the local cards
+    (CUDA0, ...): for --print-cmd, which asks no worker."""
+    return [*(Device(f"RPC{i}", str(ep)) for i, ep in enumerate(endpoints)),
+            *(Device(f"CUDA{i}", "local") for i in range(local_cards))]
 
 
 # --- a running server's connections -----------------------------------------------------------

@@ -102,7 +102,7 @@ class Supervisor:
         return loglines.diagnose(lines, self.spec.recipe_flags)
 
     def _env(self) -> dict[str, str]:
-        return child_env(self.api_key)
+        return child_env(self.api_key, self.spec.env)
 
     # --- requests (any thread, signal handlers) ---------------------------------------------
 
