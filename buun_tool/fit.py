@@ -489,6 +489,9 @@ def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: 
     n_slots = flags_from_server_flags(flags).n_parallel
     default = FitFlags().ctx * n_slots  # -c is shared by the slots: buun's default context for each
     each = f" ({FitFlags().ctx} for each of {n_slots} slots)" if n_slots > 1 else ""
+    if command.option(flags, "--rpc"):  # the layers go to other machines, whose memory buun does not weigh
+        return ContextChoice(default, f"RPC workers hold the model, and `buun fit` weighs one local GPU: buun's "
+                             f"default{each}; pass `-- -c N` for more")
     ngl = str(command.option(flags, "-ngl", "99"))
     if ngl == "0":
         return ContextChoice(default, f"-ngl 0, nothing on a GPU: buun's default{each}")

@@ -82,6 +82,11 @@ def instances_dir() -> Path:
     return state_dir() / "instances"
 
 
+def workers_dir() -> Path:
+    """State and log files of supervised RPC workers (`buun worker`), one folder per worker."""
+    return state_dir() / "workers"
+
+
 def synthetic_models_dir(models: Path) -> Path:
     """Random-weight models of a recipe's geometry (`buun synth`), in the models folder."""
     return models / "synthetic"

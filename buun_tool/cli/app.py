@@ -27,7 +27,7 @@ TOOLS = "Tools"
 
 # The order of `buun --help`: the pipeline first, as `buun setup` runs it.
 ORDER = ("setup", "doctor", "vendor", "patch", "build", "pull", "drafter", "convert", "serve", "start", "stop",
-         "restart", "status", "logs", "service", "synth", "bench", "fit", "recipes", "gguf")
+         "restart", "status", "logs", "service", "worker", "synth", "bench", "fit", "recipes", "gguf")
 
 
 class _Group(TyperGroup):
@@ -93,7 +93,7 @@ def _register_all() -> None:
     from buun_tool.cli import foundation
 
     foundation.register(app)
-    for name in ("models", "server", "measure", "setup_cmd"):
+    for name in ("models", "server", "worker", "measure", "setup_cmd"):
         try:
             module = __import__(f"buun_tool.cli.{name}", fromlist=["register"])
         except ModuleNotFoundError as exc:  # a group not written yet

@@ -50,6 +50,11 @@ SlotsOpt = Annotated[int | None, typer.Option(
     "--slots", metavar="N", show_default=False,
     help="Requests served at once (llama-server's -np), 1 to 8; each slot gets -c / N tokens of context. "
     "Default: the recipe's server.slots. `buun fit --slots N` shows the context each can have.")]
+RpcOpt = Annotated[str | None, typer.Option(
+    "--rpc", metavar="HOST:PORT,...", show_default=False,
+    help="Split the model over these RPC workers (`buun worker start` on each; llama-server's --rpc). Each must "
+    "answer before the launch; the drafter goes on the device that holds the target's last layers and output "
+    "matrix, which it shares. README: \"Other machines\".")]
 GpusOpt = Annotated[str | None, typer.Option(
     "--gpus", metavar="0,1", show_default=False,
     help="The cards to run on, by nvidia-smi index; several split the target by layers (-sm layer, -ts from "
@@ -75,6 +80,9 @@ BackoffMax = Annotated[float, typer.Option(help="Longest wait between relaunches
 StopTimeout = Annotated[float, typer.Option(help="Grace between SIGTERM and SIGKILL.", rich_help_panel=SUPERVISION)]
 LogMaxMb = Annotated[float, typer.Option(help="Rotate server.log past this size (MiB).", rich_help_panel=SUPERVISION)]
 LogKeep = Annotated[int, typer.Option(help="Rotated logs to keep.", rich_help_panel=SUPERVISION)]
+StallTimeout = Annotated[float, typer.Option(
+    help="With --rpc: seconds a request may make no progress, /health answering, before the server is taken for "
+    "hung (a worker stopped answering) and restarted; 0 turns it off.", rich_help_panel=SUPERVISION)]
 
 _P = spec_mod.Policy()
 
@@ -96,6 +104,7 @@ class LaunchOptions:
     slots: int | None  # --slots: replaces the recipe's server.slots (spec.with_slots)
     gpus: tuple[int, ...] | None  # --gpus: replaces the recipe's server.gpus (server/devices.py)
     draft_gpu: int | None  # --draft-gpu
+    rpc: str | None  # --rpc: the RPC workers (spec.with_workers)
     extra: list[str]  # llama-server flags after `--`
     policy: spec_mod.Policy
 
@@ -104,7 +113,7 @@ class LaunchOptions:
                                 draft=self.draft, host=self.host, port=self.port, extra=self.extra,
                                 drops=self.drops, api_key=api_key, no_api_key=self.no_api_key, policy=self.policy,
                                 need_models=need_models, tree_budget=self.tree_budget, slots=self.slots,
-                                gpus=self.gpus, draft_gpu=self.draft_gpu)
+                                workers=self.rpc, gpus=self.gpus, draft_gpu=self.draft_gpu)
 
 
 def _bundle(
@@ -112,12 +121,13 @@ def _bundle(
     draft: DraftOpt = None, models_dir: ModelsDirOpt = None, host: HostOpt = spec_mod.DEFAULT_HOST,
     port: PortOpt = spec_mod.DEFAULT_PORT, no_api_key: NoKeyOpt = False, drop: DropOpt = None,
     tree_budget: TreeBudgetOpt = None, slots: SlotsOpt = None, gpus: GpusOpt = None, draft_gpu: DraftGpuOpt = None,
+    rpc: RpcOpt = None,
     ready_timeout: ReadyTimeout = _P.ready_timeout, health_interval: HealthInterval = _P.health_interval,
     health_timeout: HealthTimeout = _P.health_timeout, health_failures: HealthFailures = _P.health_failures,
     max_crashes: MaxCrashes = _P.max_crashes, crash_window: CrashWindow = _P.crash_window,
     backoff: Backoff = _P.backoff_initial, backoff_max: BackoffMax = _P.backoff_max,
     stop_timeout: StopTimeout = _P.stop_timeout, log_max_mb: LogMaxMb = _P.log_max_bytes / 2**20,
-    log_keep: LogKeep = _P.log_keep,
+    log_keep: LogKeep = _P.log_keep, stall_timeout: StallTimeout = _P.stall_timeout,
 ) -> LaunchOptions:
     """The shared options, declared once as these parameters, bundled."""
     if recipe is not None and recipe.startswith("-"):  # after `--` click hands the first word to RECIPE
@@ -125,10 +135,11 @@ def _bundle(
     else:
         extra = list(ctx.args)
     policy = spec_mod.Policy(ready_timeout, health_interval, health_timeout, health_failures, max_crashes,
-                             crash_window, backoff, backoff_max, stop_timeout, int(log_max_mb * 2**20), log_keep)
+                             crash_window, backoff, backoff_max, stop_timeout, int(log_max_mb * 2**20), log_keep,
+                             stall_timeout)
     return LaunchOptions(recipe, name, model, draft, paths.models_dir(models_dir), host, port, no_api_key,
                          list(drop or []), tree_budget, slots, devices.parse_gpus(gpus) if gpus else None, draft_gpu,
-                         extra, policy)
+                         rpc, extra, policy)
 
 
 _SHARED = list(inspect.signature(_bundle, eval_str=True).parameters.values())

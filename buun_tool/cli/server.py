@@ -7,12 +7,14 @@
     buun serve --tree-budget 22           verify a DDTree of 22 draft nodes per step (0: the chain)
     buun serve --slots 4                  serve 4 requests at once (each slot a share of -c)
     buun serve --gpus 0,1 [--draft-gpu 0] the target split by layers over cards 0 and 1 (server/devices.py)
+    buun serve --rpc 10.0.0.5:50052,...   split the model over RPC workers (`buun worker start` on each)
     buun start [RECIPE] [same options]    the same supervisor, detached; returns once ready
     buun stop [NAME] [--all]              SIGTERM, grace, SIGKILL: no process left behind
     buun restart [NAME] [--models-dir DIR]   relaunch llama-server (a stopped instance: start it again);
                                           with --models-dir, the recipe's models from that folder
     buun status [NAME] [--json]           state, PID, uptime, restarts, health, slots (each one's request and
-                                          acceptance), DFlash figures
+                                          acceptance), DFlash figures; with --rpc where each part runs and
+                                          each worker's connection (a lost one named)
     buun logs [NAME] [-f] [-n 50]         llama-server's output and the supervisor's events
     buun service install [RECIPE] [same options] [--now]   a systemd user unit running this launch
 
@@ -182,6 +184,7 @@ def _print_status(st: control.InstanceStatus) -> None:
     row("endpoint", st.endpoint if live else None)
     row("context", f"{st.context['value']} ({st.context['why']})" if st.context and live else None)
     row("GPUs", devices.describe(st.placement) if st.placement and live else None)
+    _print_rpc_placement(st, row)
     probes = st.probes
     row("health", probes.health if probes else None)
     if r and r.unresponsive_since:
@@ -214,6 +217,25 @@ def _print_status(st: control.InstanceStatus) -> None:
     if r and r.error:
         row("error", r.error.get("message", "").splitlines()[0])
     row("log", r.log if r else None)
+
+
+def _print_rpc_placement(st: control.InstanceStatus, row: Any) -> None:
+    """With RPC workers: where the target's layers and the drafter run, each worker's connection,
+    and a lost worker with what to do."""
+    if not st.rpc_placement:
+        return
+    where = {d["name"]: d["where"] for d in st.rpc_placement["devices"]}
+    row("layers", "split over " + ", ".join(f"{n} ({w})" for n, w in where.items()) + ", in this order")
+    dev = st.rpc_placement.get("draft_device")
+    if dev:
+        row("drafter", f"on {dev}" + (f" ({where[dev]})" if dev in where else "")
+            + (f": {st.rpc_placement['why']}" if st.rpc_placement.get("why") else ""))
+    for w in st.workers or []:
+        state = w["connection"] or "(llama-server is not running)"
+        if w["lost"]:
+            since = time.strftime("%H:%M:%S", time.localtime(w["lost_since"])) if w["lost_since"] else "?"
+            state = f"LOST since {since} ({w['lost']}): {w['next_step']}"
+        row("worker", f"{w['address']} ({', '.join(w['devices']) or '?'}): {state}")
 
 
 def _slot_line(s: dict[str, Any]) -> str:

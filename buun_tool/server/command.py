@@ -2,7 +2,7 @@
 
 A flag is a (name, value) pair; value None is a bare switch. The recipe gives an ordered list,
 the user overrides it (extra args after `--`) or drops entries (`--drop FLAG`), and buun adds
-what it must know itself: -m, -md, --host, --port and --metrics, and --alias (the recipe's name)
+what it must know itself: -m, -md, --host, --port, --rpc and --metrics, and --alias (the recipe's name)
 unless the user gives one. Flags are compared by their
 canonical spelling, so `-c 4096` replaces a recipe's `--ctx-size`, and `--no-X` replaces `--X`.
 Secrets never enter the argv, from the command line or from a recipe alike: the API key goes to
@@ -80,7 +80,8 @@ TREE_BUDGET = "--spec-tree-budget"
 TREE_K = "--spec-tree-k"
 
 # Flags buun sets itself: the supervisor must know the address it probes and the files it checks.
-MANAGED = {"-m": "--model", "-md": "--draft", "--host": "--host", "--port": "--port"}
+MANAGED = {"-m": "--model", "-md": "--draft", "--host": "--host", "--port": "--port",
+           "--rpc": "--rpc"}  # the workers: checked before a launch, watched while it runs
 ALWAYS_ON = ("--metrics",)  # `buun status` reads /metrics
 # Flags whose value is a secret (by canonical spelling), and the variable llama-server reads it from.
 SECRET_ENV: Mapping[str, str] = {"--api-key": "LLAMA_API_KEY", "-hft": "HF_TOKEN"}
@@ -194,7 +195,7 @@ def check_drops(drops: Iterable[str]) -> None:
             raise UsageError(f"--drop {d!r}: expected a llama-server flag such as -cd or --draft-max")
         if canonical(d) in ALWAYS_ON or canonical(d) in MANAGED:
             raise UsageError(f"--drop {d}: buun always sets it", "buun status reads /metrics; "
-                             "-m, -md, --host and --port come from buun's own options")
+                             "-m, -md, --host, --port and --rpc come from buun's own options")
 
 
 def take_secrets(flags: Sequence[Flag]) -> tuple[list[Flag], dict[str, str]]:

@@ -24,7 +24,7 @@ import psutil
 import buun_tool
 from buun_tool.errors import BuunError, Exit, UsageError
 from buun_tool.fsutil import open_private
-from buun_tool.server import gpu, logfile, metrics, process
+from buun_tool.server import gpu, logfile, metrics, process, rpc
 from buun_tool.server.health import Probe, slots_summary
 from buun_tool.server.instance import Instance, all_instances, live
 from buun_tool.server.spec import API_KEY_ENV, LaunchSpec, check_exposure, with_models_dir
@@ -45,10 +45,14 @@ def busy_error(inst: Instance) -> AlreadyRunning:
     if r and r.state.running:
         where = f" on {r.host}:{r.port}" if r.port else ""
         pid = f", supervisor pid {r.supervisor.pid}" if r.supervisor else ""
-        return AlreadyRunning(f"instance {inst.name} is already running ({r.state.value}{where}{pid})",
-                              f"`buun stop {inst.name}` first, or start another with --name NAME --port N")
-    return AlreadyRunning(f"instance {inst.name} is already being started or stopped by another buun",
-                          f"`buun status {inst.name}` shows it")
+        return AlreadyRunning(f"{_kind(inst)} {inst.name} is already running ({r.state.value}{where}{pid})",
+                              f"`{inst.command('stop')}` first, or start another with --name NAME --port N")
+    return AlreadyRunning(f"{_kind(inst)} {inst.name} is already being started or stopped by another buun",
+                          f"`{inst.command('status')}` shows it")
+
+
+def _kind(inst: Instance) -> str:
+    return "instance" if inst.program == "llama-server" else "worker"
 
 
 def check_port(spec: LaunchSpec) -> None:
@@ -102,11 +106,17 @@ def _spawn_supervisor(spec: LaunchSpec, inst: Instance, api_key: str | None, fd:
     env.pop(API_KEY_ENV, None)
     if api_key:
         env[API_KEY_ENV] = api_key
+    return spawn_detached("buun_tool.server.supervisor", inst, fd, env)
+
+
+def spawn_detached(module: str, inst: Instance, fd: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """`python -m MODULE NAME --lock-fd FD` in a session of its own, its output in the instance's
+    supervisor.log: a supervisor that outlives the command that started it."""
     pkg_root = str(Path(buun_tool.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
     with open_private(inst.supervisor_log) as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "buun_tool.server.supervisor", spec.name, "--lock-fd", str(fd)],
+            [sys.executable, "-m", module, inst.name, "--lock-fd", str(fd)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
             pass_fds=(fd,), start_new_session=True, cwd=pkg_root,
         )
@@ -136,8 +146,8 @@ def wait_for(inst: Instance, run_id: str, sup: subprocess.Popen[bytes] | psutil.
                 shown = text
         if gone:
             tail = "\n    ".join(logfile.tail(inst.supervisor_log, 15))
-            raise BuunError(f"the supervisor of {inst.name} exited before the server was ready:\n    {tail}",
-                            f"see {inst.supervisor_log} and `buun logs {inst.name}`")
+            raise BuunError(f"the supervisor of {inst.name} exited before {inst.program} was ready:\n    {tail}",
+                            f"see {inst.supervisor_log} and `{inst.command('logs')}`")
         time.sleep(0.1)
 
 
@@ -177,7 +187,7 @@ def stop(inst: Instance, grace: float | None = None) -> str:
         killed = True
     with inst.locked():  # no supervisor: the record is ours to fix
         r = inst.read()
-        server = live(r.server if r else None, "llama-server")
+        server = live(r.server if r else None, inst.program)
         if server is not None:  # orphaned (the supervisor died before it could stop it)
             process.stop_group(server.pid, grace)  # launched as a session leader: pgid == pid
         if r is None:
@@ -279,6 +289,8 @@ class InstanceStatus:
     placement: dict[str, Any] | None = None  # --gpus: the cards and the split (devices.with_split)
     health_failures_allowed: int | None = None
     probes: Probes | None = None  # a live server only
+    workers: list[dict[str, Any]] | None = None  # RPC workers (workers_of)
+    rpc_placement: dict[str, Any] | None = None  # with workers: the devices in order and the drafter's
 
     def to_json(self) -> dict[str, Any]:
         out = self.record.to_json() if self.record else {}
@@ -287,7 +299,8 @@ class InstanceStatus:
                    supervisor_uptime_s=self.supervisor_uptime_s, endpoint=self.endpoint,
                    model_files={"target": self.record.target, "draft": self.record.draft} if self.record else None,
                    context=self.context, placement=self.placement,
-                   health_failures_allowed=self.health_failures_allowed)
+                   health_failures_allowed=self.health_failures_allowed, workers=self.workers,
+                   rpc_placement=self.rpc_placement)
         if self.probes:
             out.update(health=self.probes.health, slots=self.probes.slots, dflash=self.probes.dflash,
                        gpu=self.probes.gpu, probe_timeout_s=self.probes.timeout_s)
@@ -313,7 +326,30 @@ def status(inst: Instance, api_key: str | None = None) -> InstanceStatus:
         endpoint=url, context=data.get("context") if data else None,
         placement=data.get("placement") if data else None,
         health_failures_allowed=(data.get("policy") or {}).get("health_failures") if data else None,
+        workers=workers_of(data or {}, r, server.pid if server else None),
+        rpc_placement=rpc_placement_of(data or {}),
         probes=_probe_all(url, api_key or os.environ.get(API_KEY_ENV), server.pid) if server and url else None)
+
+
+def workers_of(spec: dict[str, Any], r: Record, server_pid: int | None) -> list[dict[str, Any]] | None:
+    """Each RPC worker of the launch: its address, its devices, llama-server's connection to it (read
+    from llama-server's sockets: a probe would queue behind it, rpc.py) and, when the supervisor found
+    it lost, why and since when."""
+    workers = spec.get("rpc") or []
+    if not workers:
+        return None
+    states = rpc.connections(server_pid, rpc.parse(rpc.join(workers))) if server_pid else {}
+    return [{"address": w, "devices": [d["name"] for d in spec.get("rpc_devices") or [] if d.get("where") == w],
+             "connection": states.get(w), "lost": r.lost_workers.get(w),
+             "lost_since": r.lost_since if w in r.lost_workers else None,
+             "next_step": rpc.next_step(w) if w in r.lost_workers else None} for w in workers]
+
+
+def rpc_placement_of(spec: dict[str, Any]) -> dict[str, Any] | None:
+    if not spec.get("rpc"):
+        return None
+    return {"devices": spec.get("rpc_devices") or [], "draft_device": spec.get("draft_device"),
+            "why": spec.get("draft_device_why") or ""}
 
 
 def _probe_all(url: str, api_key: str | None, pid: int) -> Probes:

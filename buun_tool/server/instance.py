@@ -35,22 +35,38 @@ def check_name(name: str) -> str:
 
 
 class Instance:
+    """A supervised llama-server. A worker (worker.WorkerInstance) is the same with its own root,
+    program and commands."""
+
+    program = "llama-server"  # what the supervisor runs: names it in messages, finds it among processes
+    log_name = "server.log"
+    start_command = "buun start"  # how a user starts one again, for hints
+    record_class = Record
+
     def __init__(self, name: str):
         self.name = check_name(name)
-        self.dir = paths.instances_dir() / name
+        self.dir = self.root() / name
+
+    @staticmethod
+    def root() -> Path:
+        return paths.instances_dir()
+
+    def command(self, verb: str) -> str:
+        """The buun command that does `verb` to this instance, for hints: `buun logs NAME`."""
+        return f"buun {verb} {self.name}"
 
     lock_file = property(lambda self: self.dir / "lock")
     state_file = property(lambda self: self.dir / "state.json")
     spec_file = property(lambda self: self.dir / "spec.json")  # the launch that runs (or ran) last
     service_spec_file = property(lambda self: self.dir / "service.json")  # the launch its systemd unit runs
-    log_file = property(lambda self: self.dir / "server.log")
+    log_file = property(lambda self: self.dir / self.log_name)
     supervisor_log = property(lambda self: self.dir / "supervisor.log")
 
     # --- the lock -------------------------------------------------------------------------
 
     def make_dir(self) -> Path:
-        """The instance folder, and the state and instances folders above it, private (0700)."""
-        for d in (paths.state_dir(), paths.instances_dir(), self.dir):
+        """The instance folder, and the state and instances (or workers) folders above it, private (0700)."""
+        for d in (paths.state_dir(), self.root(), self.dir):
             private_dir(d)
         return self.dir
 
@@ -80,7 +96,7 @@ class Instance:
         fd = self.try_lock()
         if fd is None:
             raise UsageError(f"instance {self.name} is busy (a supervisor holds its lock)",
-                             f"`buun status {self.name}` shows it", Exit.CONFLICT)
+                             f"`{self.command('status')}` shows it", Exit.CONFLICT)
         try:
             yield fd
         finally:
@@ -90,7 +106,7 @@ class Instance:
 
     def read(self) -> Record | None:
         try:
-            return Record.from_json(json.loads(self.state_file.read_text()))
+            return self.record_class.from_json(json.loads(self.state_file.read_text()))
         except (FileNotFoundError, json.JSONDecodeError, TypeError, ValueError):
             return None
 

@@ -40,6 +40,9 @@ _OOM = re.compile(r"out of memory|cudaMalloc failed|failed to allocate|unable to
 _MODEL = re.compile(r"failed to load (draft )?model|error loading model|failed to open GGUF|gguf_init_from_file"
                     r".*fail|failed to initialize speculative", re.IGNORECASE)
 _BIND = re.compile(r"couldn't bind HTTP server socket|address already in use", re.IGNORECASE)
+# ggml-rpc's aborts at a worker (ggml-rpc.cpp): none answers there, or it runs another protocol version
+_RPC_CONNECT = re.compile(r"ggml-rpc\.cpp:\d+: Failed to connect to (\S+)")
+_RPC_VERSION = re.compile(r"RPC server version mismatch: (\S+)|RPC handshake failed for (\S+)")
 
 OOM_HINT = ("use less memory: a smaller context (-c 4096), a quantized KV cache (-ctk q8_0 -ctv q8_0, or q4_0), "
             "or fewer layers on the GPU (-ngl N); for example `buun serve -- -c 4096 -ctk q8_0 -ctv q8_0`")
@@ -114,6 +117,19 @@ def diagnose(lines: Sequence[str], recipe_flags: Iterable[str] = ()) -> Failure 
         hint = (f"change or drop {flag} (`buun serve --drop {flag}`)" if canonical(flag) in from_recipe
                 else f"fix the value of {flag} in the arguments after `--`")
         return Failure("bad-value", f"llama-server rejected {flag}: {reason}", hint, True, Exit.USAGE)
+    if hit := _first(_RPC_VERSION, lines):
+        found = [m for ln in lines if (m := _RPC_VERSION.search(ln))]
+        worker = next((m[2] for m in found if m[2]), "a worker")
+        version = next((f" (its RPC protocol is {m[1]})" for m in found if m[1]), "")
+        return Failure("rpc", f"llama-server and the worker {worker} speak different RPC protocol versions{version}",
+                       "run the same buun and llama.cpp build on the worker (`buun build` there) as here", True,
+                       Exit.NOT_READY)
+    if hit := _first(_RPC_CONNECT, lines):
+        from buun_tool.server.rpc import next_step
+
+        worker = hit[0].group(1)
+        return Failure("rpc", f"llama-server could not connect to the worker {worker}", next_step(worker), True,
+                       Exit.NOT_READY)
     if hit := _first(_BIND, lines):
         return Failure("bind", f"llama-server could not listen: {hit[1]}",
                        "another program took the port: pass --port N", True, Exit.CONFLICT)
@@ -141,7 +157,7 @@ def summary(lines: Sequence[str], n_last: int = 12) -> str:
 
 
 # Causes whose message says all there is: their log lines would only repeat it.
-_SELF_EXPLAINED = ("bad-flag", "bind", "exec")
+_SELF_EXPLAINED = ("bad-flag", "bind", "exec", "rpc")
 
 
 def exited_while_starting(reason: str) -> Failure:

@@ -13,7 +13,7 @@ from typing import Any
 
 from buun_tool import build, console, convert, fit, patches, pull, recipes
 from buun_tool.errors import NotReadyError, UsageError
-from buun_tool.server import command, devices
+from buun_tool.server import command, devices, rpc
 from buun_tool.server.command import Flag
 
 DEFAULT_HOST = "127.0.0.1"
@@ -52,6 +52,9 @@ class Policy:
     stop_timeout: float = 15.0  # grace between SIGTERM and SIGKILL
     log_max_bytes: int = 10 * 2**20
     log_keep: int = 3
+    # With RPC workers: a busy slot without progress this long, /health answering, is a worker that
+    # stopped answering without closing its connection (frozen, or its network gone): hung. 0: off.
+    stall_timeout: float = 120.0
 
     def backoff(self, recent_crashes: int) -> float:
         return min(self.backoff_initial * 2 ** max(recent_crashes - 1, 0), self.backoff_max)
@@ -85,6 +88,12 @@ class LaunchSpec:
     models_dir: str | None = None
     env: dict[str, str] = field(default_factory=dict)  # llama-server's own variables: the cards (devices.py)
     placement: dict[str, Any] | None = None  # --gpus: the cards and the split (devices.with_split)
+    rpc: list[str] = field(default_factory=list)  # RPC workers (--rpc), in llama-server's order
+    # where the parts run with workers: the devices llama-server splits the target over, in order
+    # ({"name": "RPC0", "where": "10.0.0.5:50052"}), and the one that holds the drafter (-devd)
+    rpc_devices: list[dict[str, str]] = field(default_factory=list)
+    draft_device: str | None = None
+    draft_device_why: str = ""
 
     @property
     def argv(self) -> list[str]:
@@ -131,22 +140,29 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
             no_api_key: bool = False, policy: Policy | None = None,
             need_models: bool = True, tree_budget: int | None = None,
             slots: int | None = None, gpus: tuple[int, ...] | None = None,
-            draft_gpu: int | None = None) -> tuple[LaunchSpec, str | None]:
+            draft_gpu: int | None = None, workers: str | None = None) -> tuple[LaunchSpec, str | None]:
     """A launch spec from a recipe and the command-line options; also the API key to give
     llama-server (`api_key`, which the CLI fills from --api-key or BUUN_API_KEY, else an
     `--api-key` after `--` or in the recipe). No secret flag stays in the spec's flags (see
     command.SECRET_ENV). The target and draft not given by path are the recipe's in `models_dir`;
     without `need_models` they may still be missing (--print-cmd). `tree_budget` (--tree-budget)
     replaces the recipe's server.tree.budget (with_tree), `slots` (--slots) its server.slots
-    (with_slots), `gpus` (--gpus) its server.gpus, with the drafter on `draft_gpu` (devices.py)."""
+    (with_slots), `gpus` (--gpus) its server.gpus, with the drafter on `draft_gpu` (devices.py).
+    `workers` (--rpc) are RPC workers: each must answer now (unless `need_models` is off), and the
+    drafter goes where the target's last layers are (with_workers)."""
     from buun_tool.server.instance import check_name
 
     patches.rollback_from_env()  # llama-server would take a misspelt value for the tape without a word
     recipe = recipes.load(recipe_ref)
     binary = build.find_binary("llama-server")
     where = devices.placement(recipe, gpus, draft_gpu, binary)
+    endpoints = rpc.parse(workers) if workers else []
+    if endpoints and where and len(where.gpus) > 1:
+        raise UsageError(f"--rpc with several cards ({','.join(map(str, where.gpus))}): buun splits the target over "
+                         "this host's cards or over RPC workers, not both at once",
+                         "pass one card (--gpus N) with --rpc, or leave out --rpc")
     resolved = launch_flags(recipe, command.parse_args(extra or []), drops or [], "the arguments after `--`",
-                            models_dir, tree_budget, slots, where)
+                            models_dir, tree_budget, slots, where, endpoints)
     flags, secrets, context = resolved.flags, resolved.secrets, resolved.context
     if not 0 < port < 65536:
         raise UsageError(f"--port {port}: expected 1..65535")
@@ -155,6 +171,10 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
         find = default_models if need_models else default_paths
         default_target, default_draft = find(recipe, models_dir)
         model, draft = model or default_target, draft or default_draft
+    cards = len(where.gpus) if where else len(build.detect_gpus()) if endpoints and not need_models else 0
+    on_workers = with_workers(str(binary), endpoints, flags, need_models, resolved.env, cards) if endpoints else None
+    if on_workers and on_workers.draft_device and not command.option(dict(flags), "-devd"):
+        flags = [*flags, ("-devd", on_workers.draft_device)]
     spec = LaunchSpec(
         name=check_name(name or recipe.name), recipe=recipe.name, recipe_source=str(recipe.source),
         binary=str(binary),
@@ -162,6 +182,10 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
         host=host, port=port, flags=flags, recipe_flags=resolved.recipe_flags,
         policy=(policy or Policy()).validate(), no_api_key=no_api_key, context=context.to_json(),
         models_dir=str(models_dir) if from_layout else None, env=resolved.env, placement=resolved.placement,
+        rpc=[str(e) for e in endpoints],
+        rpc_devices=[{"name": d.name, "where": d.where} for d in on_workers.devices] if on_workers else [],
+        draft_device=on_workers.draft_device if on_workers else None,
+        draft_device_why=on_workers.why if on_workers else "",
     )
     key_in_flags = secrets.pop("--api-key", None)
     # Other secrets (a Hub token) go where every llama-server launch of this process inherits them
@@ -197,13 +221,14 @@ class Flags:
 
 def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str], source: str,
                  models_dir: Path, tree_budget: int | None = None, slots: int | None = None,
-                 where: devices.Placement | None = None) -> Flags:
+                 where: devices.Placement | None = None, workers: list[rpc.Endpoint] | None = None) -> Flags:
     """The flags of every server buun runs for a recipe, `buun serve`'s and each `buun bench`
     configuration's: the recipe's, with `overrides` in the place of the recipe's flag of the same
     option (or added) and `drops` left out, secrets taken out, the tree's flags settled
     (with_tree; a dropped --spec-tree-budget is the chain), the slots' (with_slots), -c decided
     (with_context, weighing the models in `models_dir`) and, on the cards `where` names, the split
-    (devices.with_split).
+    (devices.with_split). `workers` come first, as `--rpc`: llama-server must know them before it
+    reads a device name (-dev, -devd).
     `source` names where the overrides came from, for the error of a flag buun sets itself."""
     base = command.recipe_flags(recipe.server_flags)
     command.check_unmanaged(base, f"the recipe {recipe.source}")
@@ -211,6 +236,8 @@ def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str]
     command.check_drops(drops)
     # the recipe's secrets and the command line's alike (an override replaces the recipe's)
     flags, secrets = command.take_secrets(command.merge(base, overrides, drops))
+    if workers:
+        flags = [("--rpc", rpc.join(workers)), *flags]
     if command.TREE_BUDGET in {command.canonical(d) for d in drops}:
         tree_budget = 0  # no tree flag, not even the recipe's server.tree
     flags = with_tree(recipe, flags, overrides, tree_budget)
@@ -220,6 +247,23 @@ def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str]
         return Flags(flags, secrets, context, _kept(base, overrides))
     flags, placed = devices.with_split(recipe, flags, where, context.value, models_dir)
     return Flags(flags, secrets, context, _kept(base, overrides), where.env, placed)
+
+
+def with_workers(binary: str, endpoints: list[rpc.Endpoint], flags: list[Flag], ask: bool,
+                 env: dict[str, str] | None = None, cards: int = 0) -> rpc.Placement:
+    """Where the target's layers and the drafter go with RPC workers (rpc.place). With `ask`, each
+    worker must answer now and llama-server (with the cards' `env`) lists the devices; without
+    (--print-cmd), each worker is taken to have one device, then the `cards` local ones."""
+    if ask:
+        rpc.check_reachable(endpoints)
+    found = rpc.list_devices(binary, endpoints, env) if ask else rpc.assumed_devices(endpoints, cards)
+    placement = rpc.place(found, flags)
+    ours = rpc.place(found, [f for f in flags if command.canonical(f[0]) != "-devd"]).draft_device
+    if ours and placement.draft_device != ours:
+        console.warn(f"-devd {placement.draft_device}: the drafter shares the target's output matrix, which is on "
+                     f"{ours} with these devices; elsewhere llama-server aborts at the first request (\"pre-allocated "
+                     "tensor (output.weight) ... cannot run the operation\")")
+    return placement
 
 
 def check_exposure(spec: LaunchSpec, api_key: str | None) -> None:

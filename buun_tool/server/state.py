@@ -67,6 +67,8 @@ class Record:
     next_start_at: float | None = None  # during BACKOFF
     unresponsive_since: float | None = None  # READY: when the first of the failed /health checks in a row began
     health_fails: int = 0  # those failed checks; the supervisor relaunches at the policy's health_failures
+    lost_workers: dict[str, str] = field(default_factory=dict)  # RPC workers that do not answer: {address: why}
+    lost_since: float | None = None  # since when that set of workers is lost
     error: dict[str, Any] | None = None  # FAILED: {"message", "hint", "exit_code"}
     log: str = ""
     updated_at: float = 0.0

@@ -8,6 +8,14 @@ in another. Before the first `ready`, any failure is final and reported with its
 (bad flag, missing memory, port taken, no progress): retrying a launch that never worked only
 delays the error. After it, a failure is a crash, and the server is launched again.
 
+With RPC workers (`--rpc`), a launch waits for every worker to answer (final before the first
+ready, as above), and a crash, or a worker's end of llama-server's connection closing while it
+runs, is reported as the lost worker with the next step (rpc.py); the server is launched again
+once the worker answers, and waiting for it counts as no crash.
+
+The same loop runs an RPC worker (worker.py's WorkerSupervisor): the hooks below
+(`_new_record`, `_ready_probe`, `_health`, `_diagnose`, `_env`) are where the two differ.
+
 Run detached by `buun start` as `python -m buun_tool.server.supervisor NAME --lock-fd N`, in the
 foreground by `buun serve`, and by a systemd unit as `... NAME --spec FILE` (the launch spec
 `buun service install` saved), which launches it as `buun serve` does.
@@ -32,8 +40,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from buun_tool.errors import BuunError, Exit, NotReadyError
-from buun_tool.server import loglines, process
-from buun_tool.server.health import Probe
+from buun_tool.server import loglines, process, rpc
+from buun_tool.server.health import Health, Probe
 from buun_tool.server.instance import Instance, ref_of
 from buun_tool.server.logfile import RotatingLog
 from buun_tool.server.spec import API_KEY_ENV, LaunchSpec, child_env
@@ -42,6 +50,7 @@ from buun_tool.server.state import TRANSITIONS, Record, State
 TICK = 0.1  # seconds the loop waits for an event before its periodic checks
 READY_PROBE_EVERY = 0.2
 EOF_WAIT = 3.0  # after the child exits, how long to wait for its last lines
+WORKER_RETRY = 1.0  # seconds between probes of a lost RPC worker
 
 Listener = Callable[[str, str], None]  # (kind, message): kind is a state value or "phase"
 
@@ -50,16 +59,14 @@ class Supervisor:
     def __init__(self, spec: LaunchSpec, instance: Instance, api_key: str | None = None,
                  listener: Listener | None = None):
         self.spec, self.inst, self.policy = spec, instance, spec.policy
+        self.program = instance.program
         self.api_key = api_key
         self.listener = listener or (lambda kind, message: None)
         self.events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()  # reentrant: signal-safe
         self.log = RotatingLog(instance.log_file, self.policy.log_max_bytes, self.policy.log_keep)
         self.probe = Probe(spec.url, api_key)
-        self.record = Record(
-            name=spec.name, run_id=spec.run_id, supervisor=ref_of(os.getpid()), recipe=spec.recipe,
-            target=spec.target, draft=spec.draft, host=spec.host, port=spec.port,
-            command=spec_command(spec), started_at=time.time(), log=str(instance.log_file),
-        )
+        self.workers = rpc.parse(rpc.join(spec.rpc)) if getattr(spec, "rpc", None) else []
+        self.record = self._new_record()
         self.child: subprocess.Popen[bytes] | None = None
         self.launch_no = 0
         self.eof_of = 0  # the last launch whose output has ended
@@ -69,7 +76,33 @@ class Supervisor:
         self.deadline = 0.0  # STARTING: give up when no progress until then
         self.next_probe = 0.0
         self.health_fails = 0
+        self.waiting = False  # BACKOFF for a lost worker, said so in the log
+        self.progress: tuple[list[Any], float] | None = None  # busy slots' progress, and since when unchanged
         self.failure: BuunError | None = None
+
+    # --- what a llama-server and a worker do differently (worker.WorkerSupervisor) -------------
+
+    def _new_record(self) -> Record:
+        spec = self.spec
+        return Record(
+            name=spec.name, run_id=spec.run_id, supervisor=ref_of(os.getpid()), recipe=spec.recipe,
+            target=spec.target, draft=spec.draft, host=spec.host, port=spec.port,
+            command=spec_command(spec), started_at=time.time(), log=str(self.inst.log_file),
+        )
+
+    READY_SIGN = "/health not ok"  # what STARTING waits on, for the message when it never comes
+
+    def _ready_probe(self) -> bool:
+        return self.probe.health(timeout=1.0).ok
+
+    def _health(self) -> Health:
+        return self.probe.health(timeout=self.policy.health_timeout)
+
+    def _diagnose(self, lines: list[str]) -> loglines.Failure | None:
+        return loglines.diagnose(lines, self.spec.recipe_flags)
+
+    def _env(self) -> dict[str, str]:
+        return child_env(self.api_key, self.spec.env)
 
     # --- requests (any thread, signal handlers) ---------------------------------------------
 
@@ -134,21 +167,25 @@ class Supervisor:
             elif state == State.STARTING:
                 if now >= self.next_probe:
                     self.next_probe = now + READY_PROBE_EVERY
-                    if self.probe.health(timeout=1.0).ok:
+                    if self._ready_probe():
                         self._ready()
                         return
                 if now >= self.deadline:
-                    self._hung(f"llama-server did not become ready: /health not ok and no progress for "
+                    self._hung(f"{self.program} did not become ready: {self.READY_SIGN} and no progress for "
                                f"{self.policy.ready_timeout:g} s (last: {self.record.phase or 'no output'})")
             elif now >= self.next_probe:
                 self.next_probe = now + self.policy.health_interval
+                if self._worker_closed():
+                    return
                 began = time.time()
-                health = self.probe.health(timeout=self.policy.health_timeout)
+                health = self._health()
                 self.health_fails = 0 if health.ok else self.health_fails + 1
                 self._unresponsive(None if health.ok else self.record.unresponsive_since or began)
                 if self.health_fails >= self.policy.health_failures:
-                    self._hung(f"llama-server stopped answering /health ({health.detail}, "
+                    self._hung(f"{self.program} stopped answering /health ({health.detail}, "
                                f"{self.health_fails} checks in a row)")
+                elif health.ok and (stalled := self._stalled(now)):
+                    self._hung(stalled)
         elif state == State.BACKOFF and self.record.next_start_at is not None:
             if time.time() >= self.record.next_start_at:
                 self._launch()
@@ -173,6 +210,8 @@ class Supervisor:
 
     def _launch(self) -> None:
         spec, r = self.spec, self.record
+        if self._waiting_for_workers():
+            return
         if not process.port_free(spec.host, spec.port):
             holder = process.port_holder(spec.port)
             who = holder.describe() if holder else "another program"
@@ -185,19 +224,19 @@ class Supervisor:
             r.restarts += 1
         self.tail.clear()
         try:
-            self.child = process.spawn(spec.argv, child_env(self.api_key, spec.env), stdout=subprocess.PIPE)
+            self.child = process.spawn(spec.argv, self._env(), stdout=subprocess.PIPE)
         except OSError as exc:
             self._launch_failed(loglines.Failure("exec", f"cannot run {spec.binary}: {exc}", "run `buun build`",
                                                  True, Exit.NOT_READY))
             return
         assert self.child.stdout is not None
         threading.Thread(target=self._read, args=(self.child.stdout, self.launch_no), daemon=True,
-                         name=f"llama-server-output-{self.launch_no}").start()
+                         name=f"{self.program}-output-{self.launch_no}").start()
         r.server = ref_of(self.child.pid)
         r.server_started_at, r.ready_at, r.next_start_at, r.phase = time.time(), None, None, "launching"
         self.deadline = time.monotonic() + self.policy.ready_timeout
         self.next_probe = time.monotonic() + READY_PROBE_EVERY
-        self._set(State.STARTING, f"launched llama-server (pid {self.child.pid}) on {spec.url}")
+        self._set(State.STARTING, f"launched {self.program} (pid {self.child.pid}) on {spec.url}")
 
     def _read(self, stream: IO[bytes], launch: int) -> None:
         """Output thread: every line to the log, and to the loop as an event."""
@@ -240,13 +279,14 @@ class Supervisor:
         self.health_fails = 0
         self.record.ready_at, self.record.phase = time.time(), ""
         self.next_probe = time.monotonic() + self.policy.health_interval
-        self._set(State.READY, f"llama-server is ready on {self.spec.url}")
+        self.record.lost_workers, self.record.lost_since, self.progress = {}, None, None
+        self._set(State.READY, f"{self.program} is ready on {self.spec.url}")
 
     def _exited(self, code: int) -> None:
         self._drain_output()
         lines = list(self.tail)
-        failure = loglines.diagnose(lines, self.spec.recipe_flags)
-        reason = f"llama-server {process.exit_reason(code)}"
+        failure = self._diagnose(lines)
+        reason = f"{self.program} {process.exit_reason(code)}"
         if self.record.state == State.STARTING and not self.ever_ready:
             self._launch_failed(failure or loglines.exited_while_starting(reason))
             return
@@ -270,9 +310,15 @@ class Supervisor:
         if self.ever_ready:
             self._crashed(failure.message, list(self.tail))
             return
-        self._fail(loglines.launch_error(failure, list(self.tail), f"see `buun logs {self.spec.name}`"))
+        self._fail(loglines.launch_error(failure, list(self.tail), f"see `{self.inst.command('logs')}`"))
 
     def _crashed(self, cause: str, lines: list[str]) -> None:
+        lost = rpc.unreachable(self.workers, min(self.policy.health_timeout, rpc.PROBE_TIMEOUT))
+        if lost:  # the server is gone, so a probe is safe (rpc.py): was a worker the cause?
+            cause = f"{self._lost(lost)}; {cause}"
+        else:
+            self.record.lost_workers, self.record.lost_since = {}, None
+        step = f" ({_steps(lost)})" if lost else ""
         now = time.time()
         self.crash_times.append(now)
         while self.crash_times and self.crash_times[0] < now - self.policy.crash_window:
@@ -283,13 +329,15 @@ class Supervisor:
         r.server = None
         if len(self.crash_times) >= self.policy.max_crashes:
             self._fail(BuunError(
-                f"llama-server crashed {len(self.crash_times)} times within {self.policy.crash_window:g} s; "
-                f"buun stopped restarting it. Last crash: {cause}\n{loglines.summary(lines)}",
-                f"`buun logs {self.spec.name}` has the full output; fix the cause, then `buun start` again"))
+                f"{self.program} crashed {len(self.crash_times)} times within {self.policy.crash_window:g} s; "
+                f"buun stopped restarting it. Last crash: {cause}{step}\n{loglines.summary(lines)}",
+                f"`{self.inst.command('logs')}` has the full output; fix the cause, then "
+                f"`{self.inst.start_command}` again"))
             return
         delay = self.policy.backoff(len(self.crash_times))
         r.next_start_at = now + delay
-        self._set(State.BACKOFF, f"{cause}; restarting in {delay:.1f} s")
+        self.waiting = False
+        self._set(State.BACKOFF, f"{cause}; restarting in {delay:.1f} s{step}")
 
     def _fail(self, error: BuunError) -> None:
         if self.child is not None and self.child.poll() is None:
@@ -303,11 +351,77 @@ class Supervisor:
         self._set(State.STOPPING, why)
         if self.child is not None:
             how = process.stop_group(self.child.pid, self.policy.stop_timeout, self.child)
-            self.log.event(f"llama-server (pid {self.child.pid}) {how}")
+            self.log.event(f"{self.program} (pid {self.child.pid}) {how}")
             self._drain_output()
         self.record.server, self.record.next_start_at = None, None
         if final:
             self._set(State.STOPPED, "stopped")
+
+    # --- RPC workers ---------------------------------------------------------------------
+
+    def _lost(self, lost: dict[str, str]) -> str:
+        """Record the workers that do not answer; the text that says so."""
+        r = self.record
+        if set(lost) != set(r.lost_workers):
+            r.lost_since = time.time()
+        r.lost_workers = lost
+        return "; ".join(f"worker {w} lost ({why})" for w, why in lost.items())
+
+    def _waiting_for_workers(self) -> bool:
+        """Before a launch: do all workers answer? A worker that does not is final before the first
+        ready; after it, the server waits in BACKOFF (no crash counted) until the worker is back."""
+        lost = rpc.unreachable(self.workers, min(self.policy.health_timeout, rpc.PROBE_TIMEOUT))
+        if not lost:
+            return False
+        if not self.ever_ready:
+            self._fail(BuunError("; ".join(f"worker {w} is not reachable ({why})" for w, why in lost.items()),
+                                 _steps(lost), Exit.NOT_READY))
+            return True
+        changed = set(lost) != set(self.record.lost_workers) or not self.waiting
+        text = self._lost(lost)
+        self.record.next_start_at = time.time() + WORKER_RETRY
+        if changed or self.record.state != State.BACKOFF:  # said once, not at each probe
+            self.waiting = True
+            self._set(State.BACKOFF, f"{text}: {_steps(lost)}; {self.program} starts again once it answers")
+        else:
+            self.inst.write(self.record)
+        return True
+
+    def _worker_closed(self) -> bool:
+        """READY: has a worker closed its end of llama-server's connection (it died, or its SSH
+        tunnel did)? Then llama-server fails at its next request: relaunch it now, which waits
+        for the worker. Its connections are read, not probed (rpc.py)."""
+        if not self.workers or self.child is None:
+            return False
+        closed = rpc.lost_in(rpc.connections(self.child.pid, self.workers))
+        if not closed:
+            return False
+        process.kill_group(self.child.pid, self.child)
+        self._drain_output()
+        self._crashed(f"{', '.join(closed)} closed its connection to {self.program}", list(self.tail))
+        return True
+
+    def _stalled(self, now: float) -> str | None:
+        """With workers: the cause when a request has made no progress for the policy's
+        stall_timeout while /health answers. llama-server waits on a worker's reply without a
+        timeout, and answers /health (and /slots) meanwhile, so a worker that stops answering
+        without closing the connection (frozen, or its network gone) hangs the request for good."""
+        if not self.workers or not self.policy.stall_timeout:
+            return None
+        code, body = self.probe.get_json("/slots")
+        if code != 200 or not isinstance(body, list):
+            return None  # /slots off (--no-slots): no way to tell
+        busy = [json.dumps([s.get("id"), s.get("id_task"), s.get("n_prompt_tokens_processed"), s.get("next_token")])
+                for s in body if isinstance(s, dict) and s.get("is_processing")]
+        if not busy:
+            self.progress = None
+        elif self.progress is None or self.progress[0] != busy:
+            self.progress = (busy, now)
+        elif now - self.progress[1] >= self.policy.stall_timeout:
+            return (f"a request made no progress for {now - self.progress[1]:.0f} s while /health answered: a worker "
+                    f"stopped answering without closing its connection (frozen, or its network gone); "
+                    f"`buun worker status` on each of {rpc.join(self.workers)} shows it")
+        return None
 
     # --- signals -------------------------------------------------------------------------
 
@@ -324,6 +438,10 @@ class Supervisor:
     def _restore_signals(old: dict[int, Any]) -> None:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+def _steps(lost: dict[str, str]) -> str:
+    return "; ".join(rpc.next_step(w) for w in lost)
 
 
 def spec_command(spec: LaunchSpec) -> list[str]:
