@@ -4,14 +4,19 @@ restart, stop; a taken port and an unknown device. Every test ends with no proce
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
+import subprocess
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+import requests
 
 from buun_tool.server.process import free_port
 from tests.server_helpers import Buun
@@ -91,3 +96,61 @@ def test_an_unknown_device_is_named(buun: Buun) -> None:
     assert r.returncode == 2, r.stderr
     assert "does not know the device given to --device" in flat(r.stderr) and "CPU" in flat(r.stderr)
     assert_none_left(buun)
+
+
+def test_a_worker_outlives_a_server_killed_mid_request(buun: Buun, llama_bin: Path,
+                                                        tiny_pair_f32: tuple[Path, Path], tmp_path: Path) -> None:
+    """Patch 0037: a reply sent to a client that has gone away raises SIGPIPE, which ended the
+    worker (exit status 141) when a llama-server was killed or restarted mid-request. The worker
+    ignores it: a SIGPIPE sent to it, and llama-servers SIGKILLed while they generate on it, leave
+    the same process serving, with no restart."""
+    name = str(free_port())
+    buun("worker", "start", "--port", name, "--threads", "1", check=True)
+    pid = json.loads(buun("worker", "status", name, "--json", check=True).stdout)["worker_pid"]
+    os.kill(pid, signal.SIGPIPE)
+    time.sleep(0.3)
+    assert _alive(pid) and worker_record(buun, name)["restarts"] == 0, "a SIGPIPE ended the worker"
+    target, draft = tiny_pair_f32
+    for attempt in range(3):
+        port = free_port()
+        with open(tmp_path / f"server-{attempt}.log", "wb") as log:
+            server = subprocess.Popen(
+                [str(llama_bin / "llama-server"), "-m", str(target), "-md", str(draft), "--spec-type", "dflash",
+                 "-ngl", "99", "-ngld", "99", "-c", "2048", "--rpc", f"127.0.0.1:{name}", "--port", str(port)],
+                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            _wait_health(port, server)
+            threading.Thread(target=_generate, args=(port,), daemon=True).start()
+            time.sleep(0.5 + 0.3 * attempt)  # somewhere inside the generation, each time elsewhere
+        finally:
+            server.kill()
+            server.wait()
+        time.sleep(0.3)
+        assert _alive(pid), f"the worker died after server {attempt} was killed (SIGPIPE?)"
+    rec = worker_record(buun, name)
+    assert rec["restarts"] == 0 and rec["server"]["pid"] == pid
+    buun("worker", "stop", name, check=True)
+    assert_none_left(buun)
+
+
+def _wait_health(port: int, server: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and server.poll() is None:
+        with contextlib.suppress(requests.RequestException):
+            if requests.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"llama-server on the worker did not come up (exit {server.poll()})")
+
+
+def _generate(port: int) -> None:
+    with contextlib.suppress(requests.RequestException):
+        requests.post(f"http://127.0.0.1:{port}/completion", json={"prompt": "Hello", "n_predict": 2000}, timeout=60)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
