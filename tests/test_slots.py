@@ -38,6 +38,7 @@ from tests.llama_proc import Server, gpu_layers, llama_server
 from tests.test_correctness import (
     DFLASH,
     EXACT,
+    TOL_CAP,
     TOL_FLOOR,
     TOP_K,
     _base,
@@ -168,7 +169,10 @@ def test_a_cached_slot_keeps_its_state_while_the_others_work(llama_bin: Path, ti
         assert cached["timings"]["prompt_n"] <= 2, "slot 2's cache was not reused: nothing was checked"
         fresh = ar.complete(seq, 1, n_probs=TOP_K)
     diff = _logprob_diff(fresh, cached)
-    assert diff <= TOL_FLOOR, f"slot 2's cached state differs from decoding from scratch by {diff:.3g}"
+    # a CUDA build's batch-vs-incremental noise after rollbacks reaches 3.3e-2 (H200: 0.0148 here), as
+    # in test_state_after_rollbacks_survives_slot_save_and_restore; a cell out of place is off by ~1
+    tol = TOL_CAP if gpu_layers() else TOL_FLOOR
+    assert diff <= tol, f"slot 2's cached state differs from decoding from scratch by {diff:.3g}"
 
 
 def _candidates(log: Path, start: int = 0) -> dict[str, list[str]]:
@@ -245,6 +249,11 @@ def test_a_cancelled_request_leaves_the_other_slot_alone(llama_bin: Path, tiny_p
             _greedy_matches(ar, prompt, out["tokens"], _tie_tol())
 
 
+# slot 1 still generating when slot 0's save, overwrite and restore (a second after it starts) end:
+# an H200 makes 96 tokens of the tiny pair before that
+BUSY_TOKENS = 900 if gpu_layers() else 96
+
+
 def test_slot_save_and_restore_while_another_slot_generates(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
                                                             tmp_path: Path) -> None:
     """Slot 0 is saved, overwritten and restored while slot 1 generates; slot 0 then continues its
@@ -269,7 +278,8 @@ def test_slot_save_and_restore_while_another_slot_generates(llama_bin: Path, tin
                 assert any(s["is_processing"] for s in _slots(spec)), "slot 1 finished before the restore"
 
             actions = [save_and_restore] if mode == "restored" else [lambda: None]
-            busy = _concurrently([lambda spec=spec: spec.complete(theirs, 96, id_slot=1), *actions], stagger=1.0)[0]
+            busy = _concurrently([lambda spec=spec: spec.complete(theirs, BUSY_TOKENS, id_slot=1), *actions],
+                                 stagger=1.0)[0]
             _idle(spec)
             mark = len(log.read_text(errors="replace"))
             conversation = mine + first + [1234]
