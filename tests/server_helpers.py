@@ -71,17 +71,7 @@ class Buun:
         return json.loads((self.state_dir / "instances" / name / "state.json").read_text())
 
     def wait_state(self, name: str, cond: Callable[[dict], bool], timeout: float = 60) -> dict:
-        deadline = time.monotonic() + timeout
-        last: dict = {}
-        while time.monotonic() < deadline:
-            try:
-                last = self.record(name)
-                if cond(last):
-                    return last
-            except (FileNotFoundError, json.JSONDecodeError):
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"timed out waiting on {name}; last record: {json.dumps(last, indent=1)}")
+        return wait_record(lambda: self.record(name), cond, name, timeout)
 
     def ours(self) -> list[psutil.Process]:
         """Every live process started under this test's state dir (buun's and llama-server)."""
@@ -110,3 +100,19 @@ def chat(port: int, text: str = "Hello", stream: bool = False, api_key: str | No
     return s.post(f"http://127.0.0.1:{port}/v1/chat/completions", headers=headers, stream=stream, timeout=60,
                   json={"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
                         "temperature": 0, "stream": stream})
+
+
+def wait_record(read: Callable[[], dict], cond: Callable[[dict], bool], what: str, timeout: float) -> dict:
+    """The state record `read` gives once `cond` holds for it (a record being rewritten or not yet
+    written is read again)."""
+    deadline = time.monotonic() + timeout
+    last: dict = {}
+    while time.monotonic() < deadline:
+        try:
+            last = read()
+            if cond(last):
+                return last
+        except (FileNotFoundError, json.JSONDecodeError):
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting on {what}; last record: {json.dumps(last, indent=1)}")

@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from buun_tool.server.process import free_port
-from tests.server_helpers import Buun
+from tests.server_helpers import Buun, wait_record
 
 pytestmark = pytest.mark.slow
 
@@ -33,16 +33,7 @@ def worker_record(b: Buun, name: str) -> dict:
 
 
 def wait_worker(b: Buun, name: str, cond: Callable[[dict], bool], timeout: float = 30) -> dict:
-    deadline, last = time.monotonic() + timeout, {}
-    while time.monotonic() < deadline:
-        try:
-            last = worker_record(b, name)
-            if cond(last):
-                return last
-        except (FileNotFoundError, json.JSONDecodeError):
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting on worker {name}; last record: {json.dumps(last, indent=1)}")
+    return wait_record(lambda: worker_record(b, name), cond, f"worker {name}", timeout)
 
 
 def assert_none_left(b: Buun) -> None:

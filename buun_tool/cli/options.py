@@ -1,4 +1,4 @@
-"""Options that command groups share, defined once.
+"""Options that command groups share, defined once, and the log printing of `logs` commands.
 
 `--models-dir` is taken by every command that reads or writes models. The command resolves it
 once (`paths.models_dir`: the option, else BUUN_MODELS_DIR, else the XDG data dir) and passes
@@ -12,6 +12,28 @@ from typing import Annotated
 
 import typer
 
+from buun_tool import console
+from buun_tool.errors import UsageError
+from buun_tool.server import logfile
+
 ModelsDirOpt = Annotated[Path | None, typer.Option(
     "--models-dir", show_default=False,
     help="Where models live (default: BUUN_MODELS_DIR, else ~/.local/share/buun/models).")]
+
+FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines (Ctrl-C ends).")]
+LinesOpt = Annotated[int, typer.Option("--lines", "-n", help="How many of the last lines to show.")]
+
+
+def show_log(path: Path, owner: str, lines: int, follow: bool) -> None:
+    """The last lines of a supervised program's log (`owner` names it in the error), then, with
+    `follow`, each new line until Ctrl-C."""
+    if not path.exists() and not follow:
+        raise UsageError(f"{owner} has no log yet ({path})")
+    for line in logfile.tail(path, lines):
+        console.out.print(line, markup=False, highlight=False)
+    if follow:
+        try:
+            for line in logfile.follow(path):
+                console.out.print(line, markup=False, highlight=False)
+        except KeyboardInterrupt:
+            pass

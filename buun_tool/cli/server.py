@@ -36,8 +36,9 @@ import typer
 
 from buun_tool import console, paths
 from buun_tool.cli.launch import ApiKeyOpt, LaunchOptions, launch_command
+from buun_tool.cli.options import FollowOpt, LinesOpt, show_log
 from buun_tool.errors import Exit, UsageError
-from buun_tool.server import command, control, devices, logfile, service
+from buun_tool.server import command, control, devices, service
 from buun_tool.server import spec as spec_mod
 from buun_tool.server.instance import Instance, all_instances
 from buun_tool.server.state import State
@@ -257,21 +258,12 @@ def _slot_line(s: dict[str, Any]) -> str:
 
 def logs(
     name: Annotated[str | None, typer.Argument(help="Instance (default: the only one running).")] = None,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines (Ctrl-C ends).")] = False,
-    lines: Annotated[int, typer.Option("--lines", "-n", help="How many of the last lines to show.")] = 50,
+    follow: FollowOpt = False,
+    lines: LinesOpt = 50,
 ) -> None:
     """Show llama-server's output and the supervisor's own events."""
     inst = control.resolve_name(name)
-    if not inst.log_file.exists() and not follow:
-        raise UsageError(f"instance {inst.name} has no log yet ({inst.log_file})")
-    for line in logfile.tail(inst.log_file, lines):
-        console.out.print(line, markup=False, highlight=False)
-    if follow:
-        try:
-            for line in logfile.follow(inst.log_file):
-                console.out.print(line, markup=False, highlight=False)
-        except KeyboardInterrupt:
-            pass
+    show_log(inst.log_file, f"instance {inst.name}", lines, follow)
 
 
 service_app = typer.Typer(help="Run the server as a systemd user service.", no_args_is_help=True)

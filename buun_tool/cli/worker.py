@@ -18,8 +18,8 @@ from typing import Annotated, Any
 import typer
 
 from buun_tool import console
-from buun_tool.errors import UsageError
-from buun_tool.server import control, logfile
+from buun_tool.cli.options import FollowOpt, LinesOpt, show_log
+from buun_tool.server import control
 from buun_tool.server import worker as worker_mod
 from buun_tool.server.rpc import DEFAULT_PORT
 
@@ -135,21 +135,12 @@ def _age(seconds: float | None) -> str | None:
 @worker_app.command("logs")
 def logs(
     name: NameArg = None,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines (Ctrl-C ends).")] = False,
-    lines: Annotated[int, typer.Option("--lines", "-n", help="How many of the last lines to show.")] = 50,
+    follow: FollowOpt = False,
+    lines: LinesOpt = 50,
 ) -> None:
     """Show ggml-rpc-server's output and the supervisor's own events."""
     inst = worker_mod.resolve_name(name)
-    if not inst.log_file.exists() and not follow:
-        raise UsageError(f"worker {inst.name} has no log yet ({inst.log_file})")
-    for line in logfile.tail(inst.log_file, lines):
-        console.out.print(line, markup=False, highlight=False)
-    if follow:
-        try:
-            for line in logfile.follow(inst.log_file):
-                console.out.print(line, markup=False, highlight=False)
-        except KeyboardInterrupt:
-            pass
+    show_log(inst.log_file, f"worker {inst.name}", lines, follow)
 
 
 def register(app: typer.Typer) -> None:

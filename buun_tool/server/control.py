@@ -26,7 +26,7 @@ from buun_tool.errors import BuunError, Exit, UsageError
 from buun_tool.fsutil import open_private
 from buun_tool.server import gpu, logfile, metrics, process, rpc
 from buun_tool.server.health import Probe, slots_summary
-from buun_tool.server.instance import Instance, all_instances, live
+from buun_tool.server.instance import Instance, all_instances, live, pick
 from buun_tool.server.spec import API_KEY_ENV, LaunchSpec, check_exposure, with_models_dir
 from buun_tool.server.state import Record, State
 from buun_tool.server.supervisor import Listener, Supervisor
@@ -378,19 +378,4 @@ def _probe_all(url: str, api_key: str | None, pid: int) -> Probes:
 
 def resolve_name(name: str | None) -> Instance:
     """The instance a command means: the one named, else the only one running, else the only one known."""
-    known = all_instances()
-    if name:
-        inst = Instance(name)
-        if not inst.dir.is_dir():
-            raise UsageError(f"no instance named {name}",
-                             f"instances: {', '.join(i.name for i in known)}" if known else
-                             "start one with `buun start` or `buun serve`")
-        return inst
-    running = [i for i in known if i.is_locked()]
-    for group in (running, known):
-        if len(group) == 1:
-            return group[0]
-    if not known:
-        raise UsageError("no server instance exists yet", "start one with `buun start` or `buun serve`")
-    listed = ", ".join(i.name for i in (running or known))
-    raise UsageError("more than one instance: name the one you mean", f"instances: {listed}")
+    return pick(name, all_instances(), Instance, "instance", "`buun start` or `buun serve`")

@@ -16,6 +16,7 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import psutil
 
@@ -138,11 +139,33 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
+InstanceT = TypeVar("InstanceT", bound="Instance")
+
+
 def all_instances() -> list[Instance]:
     root = paths.instances_dir()
     if not root.is_dir():
         return []
     return [Instance(d.name) for d in sorted(root.iterdir()) if d.is_dir() and _NAME.fullmatch(d.name)]
+
+
+def pick(name: str | None, known: list[InstanceT], make: type[InstanceT], kind: str, start: str) -> InstanceT:
+    """The instance (server or worker) a command means: the one named, else the only one running,
+    else the only one known; `kind` names what it is in the errors, `start` the command that makes one."""
+    if name:
+        inst = make(name)
+        if not inst.dir.is_dir():
+            raise UsageError(f"no {kind} named {name}",
+                             f"{kind}s: {', '.join(i.name for i in known)}" if known else f"start one with {start}")
+        return inst
+    running = [i for i in known if i.is_locked()]
+    for group in (running, known):
+        if len(group) == 1:
+            return group[0]
+    if not known:
+        raise UsageError(f"no {kind} exists yet", f"start one with {start}")
+    raise UsageError(f"more than one {kind}: name the one you mean",
+                     f"{kind}s: {', '.join(i.name for i in (running or known))}")
 
 
 # --- processes named in a record --------------------------------------------------------------

@@ -32,7 +32,7 @@ from buun_tool import build, console, paths
 from buun_tool.errors import BuunError, Exit, UsageError
 from buun_tool.server import command, control, loglines, process
 from buun_tool.server.health import Health
-from buun_tool.server.instance import Instance, check_name, live, ref_of
+from buun_tool.server.instance import Instance, check_name, live, pick, ref_of
 from buun_tool.server.rpc import DEFAULT_PORT, Endpoint
 from buun_tool.server.spec import Policy
 from buun_tool.server.state import Record, State
@@ -282,22 +282,7 @@ def _sockets(proc: psutil.Process, port: int) -> tuple[bool | None, list[str]]:
 
 def resolve_name(name: str | None) -> WorkerInstance:
     """The worker a command means: the one named (or by its port), else the only one running, else the only one."""
-    known = all_workers()
-    if name:
-        inst = WorkerInstance(name)
-        if not inst.dir.is_dir():
-            raise UsageError(f"no worker named {name}",
-                             f"workers: {', '.join(w.name for w in known)}" if known else
-                             "start one with `buun worker start`")
-        return inst
-    running = [w for w in known if w.is_locked()]
-    for group in (running, known):
-        if len(group) == 1:
-            return group[0]
-    if not known:
-        raise UsageError("no worker exists yet", "start one with `buun worker start`")
-    raise UsageError("more than one worker: name the one you mean",
-                     f"workers: {', '.join(w.name for w in (running or known))}")
+    return pick(name, all_workers(), WorkerInstance, "worker", "`buun worker start`")
 
 
 # --- entry point: `buun worker start`'s detached supervisor ------------------------------------
