@@ -40,7 +40,7 @@ import requests
 from buun_tool import bench_configs, build, console, patches, paths, recipes, vendor
 from buun_tool.bench_configs import Overrides, ServerConfig, configs
 from buun_tool.errors import BuunError, NotReadyError, UsageError
-from buun_tool.server import gpu, metrics, process
+from buun_tool.server import devices, gpu, metrics, process
 from buun_tool.server.health import Probe
 from buun_tool.server.local import LocalServer
 
@@ -211,6 +211,7 @@ class BenchOptions:
     load_timeout: float = 300.0
     models_note: str = ""  # "synthetic (random weights)" or the real files
     bandwidth_gbs: float | None = None  # the card's memory bandwidth, when given (else the datasheet's)
+    where: devices.Placement | None = None  # the cards (--gpus, else the recipe's server.gpus), as serve runs them
 
 
 @dataclass
@@ -333,11 +334,12 @@ def _run_config(cfg: ServerConfig, binary: Path, suites: dict[str, list[Prompt]]
         raise UsageError("no target model to benchmark", "pass --target, or use the synthetic pair")
     recipe = opts.recipe or recipes.load()
     argv = bench_configs.argv(recipe, cfg, bench_configs.Models(opts.target, opts.drafter), binary,
-                              process.free_port(), opts.overrides, opts.models_dir)
-    console.step(f"{cfg.label}: {shlex.join(argv)}")
+                              process.free_port(), opts.overrides, opts.models_dir, opts.where)
+    env = opts.where.env if opts.where else {}
+    console.step(f"{cfg.label}: {shlex.join([*(f'{k}={v}' for k, v in env.items()), *argv])}")
     groups: list[Group] = []
     with gpu.MemorySampler() as mem:
-        with LocalServer(argv, opts.out_dir / f"server-{cfg.name}.log", opts.load_timeout,
+        with LocalServer(argv, opts.out_dir / f"server-{cfg.name}.log", opts.load_timeout, env=env,
                          recipe_flags=list(recipe.server_flags)) as server:
             if cfg.concurrency > 1:
                 samples, groups = _run_concurrent(server.url, cfg, suites, opts)
@@ -400,8 +402,9 @@ def run(opts: BenchOptions) -> BenchResult:
         binaries = _binaries(opts.configs)
         runs = [_run_config(cfg, binaries[cfg.build], suites, opts) for cfg in opts.configs]
     options = _options(opts)
-    if not opts.url:  # the patch series' switches the servers ran with, so a results file names its variant
+    if not opts.url:  # the patch series' switches and the cards the servers ran with
         options["env"] = {k: os.environ[k] for k in patches.SWITCHES if k in os.environ}
+        options["env"].update(opts.where.env if opts.where else {})
     machine = machine_info()
     upstream = any(cfg.build == "upstream" for cfg in opts.configs) and not opts.url
     result = BenchResult(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), machine, llama_cpp_info(upstream),

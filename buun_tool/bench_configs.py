@@ -25,7 +25,7 @@ from typing import Any
 
 from buun_tool import recipes, treeprofile
 from buun_tool.errors import UsageError
-from buun_tool.server import command, spec
+from buun_tool.server import command, devices, spec
 from buun_tool.server.command import Flag
 
 # Options that only a server with a drafter takes (canonical spellings): AR leaves them out.
@@ -225,11 +225,11 @@ class Models:
 
 
 def argv(recipe: recipes.Recipe, cfg: ServerConfig, models: Models, binary: Path, port: int,
-         overrides: Overrides, models_dir: Path) -> list[str]:
+         overrides: Overrides, models_dir: Path, where: devices.Placement | None = None) -> list[str]:
     """The exact command of one configuration: `buun serve`'s for the recipe with `overrides`
     then the configuration's own (an AR server without -md). Secrets the recipe gives (an API
     key) are left out: the server is the bench's own, on loopback."""
-    resolved = flags(recipe, cfg, overrides, models_dir)
+    resolved = flags(recipe, cfg, overrides, models_dir, where)
     if cfg.spec and models.drafter is None:
         raise UsageError(f"the {cfg.label} configuration needs a drafter GGUF", "pass --drafter D.gguf")
     target, drafter = (str(Path(m).expanduser().resolve()) if m else None for m in (models.target, models.drafter))
@@ -238,7 +238,9 @@ def argv(recipe: recipes.Recipe, cfg: ServerConfig, models: Models, binary: Path
                                resolved.flags, alias=recipe.name)
 
 
-def flags(recipe: recipes.Recipe, cfg: ServerConfig, overrides: Overrides, models_dir: Path) -> spec.Flags:
-    """The llama-server flags of one configuration, as `buun serve` resolves them (spec.launch_flags)."""
+def flags(recipe: recipes.Recipe, cfg: ServerConfig, overrides: Overrides, models_dir: Path,
+          where: devices.Placement | None = None) -> spec.Flags:
+    """The llama-server flags of one configuration, as `buun serve` resolves them (spec.launch_flags),
+    split over the cards `where` names as serve splits them."""
     sets, drops = overrides.then(cfg.overrides).serve_args(command.recipe_flags(recipe.server_flags))
-    return spec.launch_flags(recipe, sets, drops, "the bench's overrides", models_dir)
+    return spec.launch_flags(recipe, sets, drops, "the bench's overrides", models_dir, where=where)

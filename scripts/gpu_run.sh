@@ -220,8 +220,8 @@ part_split() {
     step correctness-split 900 env CUDA_VISIBLE_DEVICES=0,1 BUUN_TEST_DEVICE_ARGS="$SPLIT_ARGS" \
         bash scripts/gpu_correctness.sh "$BIN" "$RES" correctness-split tests/test_correctness.py -k "$HARNESS_K"
     tail -1 "$RES/correctness-split.txt" | tee -a "$RES/summary.txt"
-    step bench-split 600 env CUDA_VISIBLE_DEVICES=0,1 LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" \
-        --server-args "$SPLIT_ARGS" --synthetic-al 7.67 --prompts 2 --n-predict 512 --out "$RES/bench-split"
+    step bench-split 600 env LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" --gpus 0,1 \
+        --synthetic-al 7.67 --prompts 2 --n-predict 512 --out "$RES/bench-split"
 }
 
 part_rpc() {

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from buun_tool import build, doctor, fit, paths, recipes, split
+from buun_tool import bench_configs, build, doctor, fit, paths, recipes, split
 from buun_tool.cli.app import app
 from buun_tool.errors import UsageError
 from buun_tool.server import command, devices, gpu, spec
@@ -233,6 +233,30 @@ class TestRefusals:
         r = CliRunner().invoke(app, ["serve", *GIVEN_ARGS, "--print-cmd", "--gpus", "0,1"])
         assert r.exit_code == 2 and "is a CPU build, which runs on no card" in flat(r.stderr)
         assert "buun build --cuda" in flat(r.stderr)
+
+    def test_bench_runs_what_serve_runs_on_the_cards(self, two_cards: Path) -> None:
+        """`buun bench --gpus 0,1` (or the recipe's server.gpus) gives every server serve's split."""
+        r = recipes.load()
+        where = devices.placement(r, (0, 1), None, two_cards / "llama-server")
+        assert where is not None and where.env["CUDA_VISIBLE_DEVICES"] == "0,1"
+        models = bench_configs.Models(Path("/m/t.gguf"), Path("/m/d.gguf"))
+        for cfg in bench_configs.configs(ar=True, synthetic_al=[7.67]):
+            argv = bench_configs.argv(r, cfg, models, two_cards / "llama-server", 9000, bench_configs.common(6048),
+                                      Path("/m"), where)
+            assert value(argv, "-sm") == "layer" and value(argv, "-dev") == "CUDA0,CUDA1"
+            assert value(argv, "-devd") == "CUDA1" and value(argv, "-c") == "6048"
+            if cfg.spec:  # AR's split has no drafter to leave room for
+                served, _ = spec.resolve(None, **GIVEN, gpus=(0, 1), extra=["-c", "6048"])
+                assert value(argv, "-ts") == value(served.argv, "-ts")
+        plain = bench_configs.argv(r, cfg, models, two_cards / "llama-server", 9000, bench_configs.common(6048),
+                                   Path("/m"))
+        assert not any(command.canonical(a) in SPLIT_FLAGS for a in plain)
+
+    def test_bench_refuses_cards_on_a_cpu_build(self, two_cards: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(fake_build(tmp_path / "other", "cpu")))
+        r = CliRunner().invoke(app, ["bench", "--gpus", "0,1", "--target", "/m/t.gguf", "--drafter", "/m/d.gguf"])
+        assert r.exit_code == 2 and "is a CPU build, which runs on no card" in flat(r.stderr), r.output
 
     def test_a_recipes_cards_are_checked_when_it_loads(self) -> None:
         for bad in ([0, 0], [-1], ["0"], 1):

@@ -39,6 +39,7 @@ from rich.table import Table
 
 from buun_tool import bench, bench_configs, build, chart, compare, console, fit, patches, paths, recipes, report, synth
 from buun_tool.cli import fit_split
+from buun_tool.cli.launch import DraftGpuOpt, GpusOpt
 from buun_tool.cli.options import ModelsDirOpt
 from buun_tool.errors import NotReadyError, UsageError
 from buun_tool.server import devices
@@ -154,6 +155,8 @@ def bench_cmd(
         "--concurrency", metavar="N,N,...", help="Also send N requests at once to each AR and chain DFlash "
         "configuration on a server of N slots: per-request and aggregate tok/s, against one slot and against "
         "AR at N.", show_default=False)] = None,
+    gpus: GpusOpt = None,
+    draft_gpu: DraftGpuOpt = None,
     no_ar: Annotated[bool, typer.Option("--no-ar", help="Skip the autoregressive baseline.")] = False,
     against: Annotated[Against | None, typer.Option(
         "--against", help="Also run every configuration on unpatched llama.cpp (`buun build --upstream` builds "
@@ -214,6 +217,10 @@ def bench_cmd(
                          "leave out --url (the synthetic pair is the default), or --concurrency")
     r = recipes.load(recipe)
     models = paths.models_dir(models_dir)
+    where = None  # the cards, as `buun serve` splits over them (none named: llama-server's own choice)
+    if not url and (gpus or r.gpus or draft_gpu is not None):
+        where = devices.placement(r, devices.parse_gpus(gpus) if gpus else None, draft_gpu,
+                                  build.find_binary("llama-server"))
     overrides = bench_configs.common(ctx, draft_max, host_sampling, shlex.split(server_args))
     trees = bench_configs.tree_configs(budgets, r, overrides, models)  # a tree that cannot be served: before the models
     cfgs = bench_configs.configs(not no_ar, synthetic_al, trees)
@@ -231,7 +238,7 @@ def bench_cmd(
         modes=_csv(mode, bench.MODES, "--mode"), prompts=prompts or None, n_predict=n_predict, repeats=repeats,
         recipe=r, configs=bench_configs.against_upstream(cfgs) if against else cfgs, overrides=overrides,
         models_dir=models, out_dir=out_dir, load_timeout=load_timeout,
-        models_note=note + (", acceptance forced" if forced else ""), bandwidth_gbs=bandwidth_gbs)
+        models_note=note + (", acceptance forced" if forced else ""), bandwidth_gbs=bandwidth_gbs, where=where)
     if report_:
         chart.require()  # before the servers run, not after: the report is what was asked for
     if not forced and t is not None and target is None:
