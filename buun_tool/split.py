@@ -21,8 +21,9 @@ drafter (weights, KV, compute), the target features it reads (counted on its car
 the draft context's overhead. A drafter off the output layer's card (--draft-gpu) borrows an
 lm_head that lives elsewhere: where its logits are computed then is llama.cpp's to settle, and the
 plan keeps them on the drafter's card. The per-card terms beyond the one-card calibration (a CUDA
-context per card, the input copies) are llama.cpp's rules, not yet measured: `buun fit --gpus 0,1
---measure` compares them with what the cards hold.
+context per card, the input copies) are llama.cpp's rules; on two H200s the cards held 3.0% and
+3.7% less than the plan at 131072 tokens (docs/performance.md). `buun fit --gpus 0,1 --measure`
+compares them with what the cards hold.
 
 Within those rules the split leaves every card the same free memory, as far as whole layers
 allow: the drafter's card gets fewer target layers.

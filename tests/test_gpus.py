@@ -6,6 +6,7 @@ a 3090 and a 4090. A split server itself needs CUDA: that part is the GPU run's.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -360,6 +361,12 @@ class TestHost:
             "GPU1 (NVIDIA GeForce RTX 4090) (CUDA_VISIBLE_DEVICES=1)"
         mem = gpu.memory_for(4242)
         assert mem and mem["server_by_gpu"] == {"0": 500, "1": 500} and mem["server_mib"] == 1000
+
+    def test_one_card_holds_the_servers_memory(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        write_nvidia_smi(tmp_path / "smi", [RTX_3090])
+        monkeypatch.setenv("PATH", f"{tmp_path / 'smi'}{os.pathsep}{os.environ['PATH']}")
+        mem = gpu.memory_for(4242)
+        assert mem and mem["server_by_gpu"] == {"0": 500} and mem["server_mib"] == 500
 
 
 # --- the real llama-server ---------------------------------------------------------------------

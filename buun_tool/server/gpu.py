@@ -84,10 +84,14 @@ def memory_for(pid: int, timeout: float = 10) -> dict[str, Any] | None:
     gpus = _gpus(timeout)
     if apps is None and gpus is None:
         return None
-    by_card = _smi("--query-compute-apps=pid,gpu_bus_id,used_memory", timeout=timeout)
-    cards = _smi("--query-gpu=index,pci.bus_id", timeout=timeout)
-    mine = parse_bus_apps(by_card or "", cards or "").get(pid, {})
-    return {"server_mib": parse_apps(apps or "").get(pid), "gpus": gpus or [],
+    server_mib = parse_apps(apps or "").get(pid)
+    if gpus and len(gpus) == 1:  # one card holds it all: no need to ask nvidia-smi twice more
+        mine = {gpus[0]["index"]: server_mib} if server_mib is not None else {}
+    else:
+        by_card = _smi("--query-compute-apps=pid,gpu_bus_id,used_memory", timeout=timeout)
+        cards = _smi("--query-gpu=index,pci.bus_id", timeout=timeout)
+        mine = parse_bus_apps(by_card or "", cards or "").get(pid, {})
+    return {"server_mib": server_mib, "gpus": gpus or [],
             "server_by_gpu": {str(i): mib for i, mib in sorted(mine.items())}}
 
 
