@@ -505,7 +505,7 @@ def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: 
     if draft is not None and len(gpus) > 1:
         from buun_tool import split
 
-        cards = [split.Card(g.memory_mib / 1024, g.index, g.name) for g in gpus]
+        cards = [split.Card.of(g) for g in gpus]
         best = split.max_context(recipe, fit_flags, cards, draft, weights, MARGIN_GIB)
         where = f"GPUs {','.join(str(g.index) for g in gpus)} split by layers " \
                 f"({' + '.join(f'{c.gib:.1f}' for c in cards)} GiB)"

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from buun_tool import fit
+from buun_tool import build, fit
 from buun_tool.errors import UsageError
 from buun_tool.recipes import Recipe
 
@@ -55,6 +55,11 @@ class Card:
 
     def label(self) -> str:
         return f"GPU{self.index}" + (f" ({self.name})" if self.name else "")
+
+    @classmethod
+    def of(cls, gpu: build.Gpu) -> Card:
+        """A card as nvidia-smi describes it."""
+        return cls(gpu.memory_mib / 1024, gpu.index, gpu.name)
 
 
 def cards_from_gib(sizes: Sequence[float]) -> list[Card]:

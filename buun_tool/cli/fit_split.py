@@ -38,7 +38,7 @@ def cards(gpu_mem: str | None, gpus: str | None, draft_gpu: int | None, recipe_g
                              + (f" (cards here: {', '.join(map(str, found))})" if found else " (no nvidia-smi)"),
                              "pass the indices `nvidia-smi -L` shows, or the sizes: --gpu-mem 24,24")
         if sizes is None:
-            sizes = [found[i].memory_mib / 1024 if i in found else 24.0 for i in chosen]
+            sizes = [found[i].memory_mib / 1024 if i in found else devices.UNKNOWN_GIB for i in chosen]
         elif len(sizes) != len(chosen):
             raise UsageError(f"--gpu-mem {gpu_mem}: {len(sizes)} sizes for the {len(chosen)} cards of --gpus {gpus}",
                              "give one size per card, or leave out --gpu-mem to read them from nvidia-smi")
@@ -46,7 +46,7 @@ def cards(gpu_mem: str | None, gpus: str | None, draft_gpu: int | None, recipe_g
         real = not missing
     else:
         if sizes is None:
-            sizes = [found[min(found)].memory_mib / 1024 if found else 24.0]
+            sizes = [found[min(found)].memory_mib / 1024 if found else devices.UNKNOWN_GIB]
         out, real = split.cards_from_gib(sizes), False
     if draft_gpu is None:
         return out, None, real

@@ -60,7 +60,7 @@ class Placement:
 
     def split_cards(self) -> list[split.Card]:
         if self.cards:
-            return [split.Card(g.memory_mib / 1024, g.index, g.name) for g in self.cards]
+            return [split.Card.of(g) for g in self.cards]
         return [split.Card(UNKNOWN_GIB, i) for i in self.gpus]
 
 
