@@ -26,6 +26,8 @@
 #                tie-aware rule)
 #   tree-decode  test-tree-decode on the tiny pair in f32, offloaded (patches 0027-0029)
 #   ar           llama-bench tg128 of the target: the run's AR anchor
+#   widths       llama-bench pp N of the target, one sequence: what a forward of N tokens costs (a
+#                chain's verify 16, a budget-22 tree's 23, two slots' 32, four slots' 64)
 #   bench        `buun bench`: AR, and DFlash chains at synthetic AL 1 / 7.67 / 8.31, with the
 #                per-phase step profile (LLAMA_SPEC_PROFILE=1)
 #   upstream     `buun build --upstream` (the unpatched pin, the same flags), then the bench's
@@ -121,6 +123,11 @@ print(synth.write_pair(recipes.load(), Path('$W/tiny-f32'), scale='tiny', seed=0
 part_ar() {
     gpu_ar_bench
     grep "tg128" "$RES/llama-bench-ar.log" | tee -a "$RES/summary.txt"
+}
+
+part_widths() {
+    step widths 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -ub 64 -p 16,23,32,48,64 -n 0 -r 10
+    grep " pp" "$RES/widths.log" | tee -a "$RES/summary.txt"
 }
 
 part_bench() {
