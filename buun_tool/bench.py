@@ -212,6 +212,7 @@ class BenchOptions:
     models_note: str = ""  # "synthetic (random weights)" or the real files
     bandwidth_gbs: float | None = None  # the card's memory bandwidth, when given (else the datasheet's)
     where: devices.Placement | None = None  # the cards (--gpus, else the recipe's server.gpus), as serve runs them
+    workers: bench_configs.Workers | None = None  # RPC workers (--rpc), as serve runs them
 
 
 @dataclass
@@ -334,7 +335,7 @@ def _run_config(cfg: ServerConfig, binary: Path, suites: dict[str, list[Prompt]]
         raise UsageError("no target model to benchmark", "pass --target, or use the synthetic pair")
     recipe = opts.recipe or recipes.load()
     argv = bench_configs.argv(recipe, cfg, bench_configs.Models(opts.target, opts.drafter), binary,
-                              process.free_port(), opts.overrides, opts.models_dir, opts.where)
+                              process.free_port(), opts.overrides, opts.models_dir, opts.where, opts.workers)
     env = opts.where.env if opts.where else {}
     console.step(f"{cfg.label}: {shlex.join([*(f'{k}={v}' for k, v in env.items()), *argv])}")
     groups: list[Group] = []
@@ -417,9 +418,11 @@ def run(opts: BenchOptions) -> BenchResult:
 
 def _options(opts: BenchOptions) -> dict[str, Any]:
     """The options as bench.json records them (each configuration's own are in its "configs" entry)."""
-    skip = ("recipe", "configs", "overrides")
+    skip = ("recipe", "configs", "overrides", "workers")
     out: dict[str, Any] = {f.name: getattr(opts, f.name) for f in fields(opts) if f.name not in skip}
     out = {k: (str(v) if isinstance(v, Path) else v) for k, v in out.items()}
+    if opts.workers:
+        out["workers"] = {"rpc": [str(e) for e in opts.workers.endpoints], "draft_device": opts.workers.draft_device}
     out["recipe"] = str(opts.recipe.source) if opts.recipe else None
     out["overrides"] = opts.overrides.to_json()  # the bench command line's, applied to every server
     return out

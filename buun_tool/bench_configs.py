@@ -25,7 +25,7 @@ from typing import Any
 
 from buun_tool import recipes, treeprofile
 from buun_tool.errors import UsageError
-from buun_tool.server import command, devices, spec
+from buun_tool.server import command, devices, rpc, spec
 from buun_tool.server.command import Flag
 
 # Options that only a server with a drafter takes (canonical spellings): AR leaves them out.
@@ -224,12 +224,22 @@ class Models:
     drafter: Path | None
 
 
+@dataclass(frozen=True)
+class Workers:
+    """RPC workers every server splits the target over (`buun bench --rpc`), and the drafter's
+    device among theirs and this host's, as `buun serve --rpc` places it (spec.with_workers)."""
+
+    endpoints: tuple[rpc.Endpoint, ...]
+    draft_device: str | None
+
+
 def argv(recipe: recipes.Recipe, cfg: ServerConfig, models: Models, binary: Path, port: int,
-         overrides: Overrides, models_dir: Path, where: devices.Placement | None = None) -> list[str]:
+         overrides: Overrides, models_dir: Path, where: devices.Placement | None = None,
+         workers: Workers | None = None) -> list[str]:
     """The exact command of one configuration: `buun serve`'s for the recipe with `overrides`
     then the configuration's own (an AR server without -md). Secrets the recipe gives (an API
     key) are left out: the server is the bench's own, on loopback."""
-    resolved = flags(recipe, cfg, overrides, models_dir, where)
+    resolved = flags(recipe, cfg, overrides, models_dir, where, workers)
     if cfg.spec and models.drafter is None:
         raise UsageError(f"the {cfg.label} configuration needs a drafter GGUF", "pass --drafter D.gguf")
     target, drafter = (str(Path(m).expanduser().resolve()) if m else None for m in (models.target, models.drafter))
@@ -239,8 +249,12 @@ def argv(recipe: recipes.Recipe, cfg: ServerConfig, models: Models, binary: Path
 
 
 def flags(recipe: recipes.Recipe, cfg: ServerConfig, overrides: Overrides, models_dir: Path,
-          where: devices.Placement | None = None) -> spec.Flags:
+          where: devices.Placement | None = None, workers: Workers | None = None) -> spec.Flags:
     """The llama-server flags of one configuration, as `buun serve` resolves them (spec.launch_flags),
-    split over the cards `where` names as serve splits them."""
+    split over the cards `where` names or over the RPC `workers` as serve splits them."""
     sets, drops = overrides.then(cfg.overrides).serve_args(command.recipe_flags(recipe.server_flags))
-    return spec.launch_flags(recipe, sets, drops, "the bench's overrides", models_dir, where=where)
+    resolved = spec.launch_flags(recipe, sets, drops, "the bench's overrides", models_dir, where=where,
+                                 workers=list(workers.endpoints) if workers else None)
+    if workers is None or not cfg.spec:
+        return resolved
+    return replace(resolved, flags=spec.with_draft_device(resolved.flags, workers.draft_device))

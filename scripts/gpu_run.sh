@@ -240,7 +240,7 @@ part_rpc() {
     step correctness-rpc 900 env BUUN_TEST_DEVICE_ARGS="$RPC_ARGS" \
         bash scripts/gpu_correctness.sh "$BIN" "$RES" correctness-rpc tests/test_correctness.py -k "$HARNESS_K"
     tail -1 "$RES/correctness-rpc.txt" | tee -a "$RES/summary.txt"
-    step bench-rpc 600 env LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" --server-args "$RPC_ARGS" \
+    step bench-rpc 600 env LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" --rpc "127.0.0.1:$RPC_PORT" \
         --synthetic-al 7.67 --prompts 2 --n-predict 512 --out "$RES/bench-rpc"
     kill "$worker"
 }

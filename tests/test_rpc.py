@@ -192,6 +192,19 @@ class TestCommand:
         assert f"worker 127.0.0.1:{port} is not reachable" in flat(r.stderr)
         assert f"buun worker start --port {port}" in flat(r.stderr)
 
+    def test_bench_asks_the_workers_before_anything(self, fake_bin: Path, tmp_path: Path) -> None:
+        port = free_port()
+        out, models = tmp_path / "out", tmp_path / "models"
+        r = buun("bench", "--rpc", f"127.0.0.1:{port}", "--out", str(out), "--models-dir", str(models))
+        assert r.returncode == 3 and f"worker 127.0.0.1:{port} is not reachable" in flat(r.stderr), r.stderr
+        assert not out.exists() and not models.exists(), "the bench made something before its workers answered"
+        r = buun("bench", "--rpc", "10.0.0.5:50052", "--url", "http://127.0.0.1:1")
+        assert r.returncode == 2 and "--rpc starts servers split over the workers" in flat(r.stderr)
+
+    def test_bench_with_workers_several_cards_refused(self, two_cards: Path) -> None:
+        r = buun("bench", "--rpc", "10.0.0.5:50052", "--gpus", "0,1")
+        assert r.returncode == 2 and "--rpc with several cards (0,1)" in flat(r.stderr)
+
 
 @pytest.fixture
 def no_cards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -69,6 +69,27 @@ def test_greedy_dflash_over_two_workers_is_local_ar(buun: Buun, llama_bin: Path,
     assert_none_left(b)
 
 
+def test_bench_splits_every_server_over_the_workers(buun: Buun, tmp_path: Path) -> None:
+    """`buun bench --rpc`: AR and DFlash servers over a worker as `buun serve --rpc` runs them (the
+    drafter on the worker's device: this host has no GPU), recorded in bench.json."""
+    [worker] = start_workers(buun, 1)
+    target, draft = buun.pair
+    r = buun("bench", "--target", str(target), "--drafter", str(draft), "--rpc", f"127.0.0.1:{worker}",
+             "--synthetic-al", "3", "--suite", "math", "--mode", "raw", "--prompts", "1", "--n-predict", "8",
+             "--ctx", "1024", "--server-args=-nr", "--out", str(tmp_path), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert data["options"]["workers"] == {"rpc": [f"127.0.0.1:{worker}"], "draft_device": "RPC0"}
+    ar, dflash = data["commands"]["ar"], data["commands"]["dflash-al3"]
+    for argv in (ar, dflash):
+        assert argv[argv.index("--rpc") + 1] == f"127.0.0.1:{worker}"
+    assert dflash[dflash.index("-devd") + 1] == "RPC0" and "-devd" not in ar
+    rows = {row["config"]: row for row in data["summary"]}
+    assert rows["ar"]["decode_tps"] > 0 and rows["dflash-al3"]["drafted"] > 0
+    buun("worker", "stop", "--all", check=True)
+    assert_none_left(buun)
+
+
 def _stream(port: int, outcome: dict[str, object], first: threading.Event) -> None:
     """A long streamed completion; records how it ended (a hang shows as ReadTimeout)."""
     s = requests.Session()

@@ -249,9 +249,12 @@ def test_a_cancelled_request_leaves_the_other_slot_alone(llama_bin: Path, tiny_p
             _greedy_matches(ar, prompt, out["tokens"], _tie_tol())
 
 
-# slot 1 still generating when slot 0's save, overwrite and restore (a second after it starts) end:
-# an H200 makes 96 tokens of the tiny pair before that
-BUSY_TOKENS = 900 if gpu_layers() else 96
+# Slot 1 must still be generating when slot 0's save, overwrite and restore end. On the CPU they
+# begin a second after slot 1 and 96 tokens outlast them. An H200 makes ~100 tokens of the tiny pair
+# in that second, and a GPU build matches AR only up to the tie rule, whose noise grows with the
+# length (900 tokens: a 0.35 gap at token 618 on an H200, where the CPU gave AR's 900 exactly), so
+# there they begin after a quarter of a second and slot 1 makes 300.
+BUSY_TOKENS, RESTORE_AFTER = (300, 0.25) if gpu_layers() else (96, 1.0)
 
 
 def test_slot_save_and_restore_while_another_slot_generates(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
@@ -279,7 +282,7 @@ def test_slot_save_and_restore_while_another_slot_generates(llama_bin: Path, tin
 
             actions = [save_and_restore] if mode == "restored" else [lambda: None]
             busy = _concurrently([lambda spec=spec: spec.complete(theirs, BUSY_TOKENS, id_slot=1), *actions],
-                                 stagger=1.0)[0]
+                                 stagger=RESTORE_AFTER)[0]
             _idle(spec)
             mark = len(log.read_text(errors="replace"))
             conversation = mine + first + [1234]

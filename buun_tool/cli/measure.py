@@ -42,7 +42,8 @@ from buun_tool.cli import fit_split
 from buun_tool.cli.launch import DraftGpuOpt, GpusOpt
 from buun_tool.cli.options import ModelsDirOpt
 from buun_tool.errors import NotReadyError, UsageError
-from buun_tool.server import devices
+from buun_tool.server import devices, spec
+from buun_tool.server import rpc as rpc_mod
 
 RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file (default: qwen3.5-27b-dflash).",
                                                  show_default=False)]
@@ -157,6 +158,10 @@ def bench_cmd(
         "AR at N.", show_default=False)] = None,
     gpus: GpusOpt = None,
     draft_gpu: DraftGpuOpt = None,
+    rpc: Annotated[str | None, typer.Option(
+        "--rpc", metavar="HOST:PORT,...", show_default=False,
+        help="Split every server over these RPC workers, as `buun serve --rpc` does (`buun worker start` on each; "
+        "each must answer first).")] = None,
     no_ar: Annotated[bool, typer.Option("--no-ar", help="Skip the autoregressive baseline.")] = False,
     against: Annotated[Against | None, typer.Option(
         "--against", help="Also run every configuration on unpatched llama.cpp (`buun build --upstream` builds "
@@ -215,6 +220,9 @@ def bench_cmd(
     if levels and url:
         raise UsageError("--concurrency starts servers of N slots itself; --url measures one running server",
                          "leave out --url (the synthetic pair is the default), or --concurrency")
+    if rpc and url:
+        raise UsageError("--rpc starts servers split over the workers; --url measures one running server",
+                         "leave out one of them")
     r = recipes.load(recipe)
     models = paths.models_dir(models_dir)
     where = None  # the cards, as `buun serve` splits over them (none named: llama-server's own choice)
@@ -222,6 +230,7 @@ def bench_cmd(
         where = devices.placement(r, devices.parse_gpus(gpus) if gpus else None, draft_gpu,
                                   build.find_binary("llama-server"))
     overrides = bench_configs.common(ctx, draft_max, host_sampling, shlex.split(server_args))
+    workers = _workers(rpc, where, overrides) if rpc else None
     trees = bench_configs.tree_configs(budgets, r, overrides, models)  # a tree that cannot be served: before the models
     cfgs = bench_configs.configs(not no_ar, synthetic_al, trees)
     cfgs += bench_configs.concurrency_configs(levels, cfgs, ctx)
@@ -238,7 +247,8 @@ def bench_cmd(
         modes=_csv(mode, bench.MODES, "--mode"), prompts=prompts or None, n_predict=n_predict, repeats=repeats,
         recipe=r, configs=bench_configs.against_upstream(cfgs) if against else cfgs, overrides=overrides,
         models_dir=models, out_dir=out_dir, load_timeout=load_timeout,
-        models_note=note + (", acceptance forced" if forced else ""), bandwidth_gbs=bandwidth_gbs, where=where)
+        models_note=note + (", acceptance forced" if forced else ""), bandwidth_gbs=bandwidth_gbs, where=where,
+        workers=workers)
     if report_:
         chart.require()  # before the servers run, not after: the report is what was asked for
     if not forced and t is not None and target is None:
@@ -262,6 +272,17 @@ def bench_cmd(
         return
     if report_:
         console.ok(f"report: {report.write(result.to_json(), out_dir / 'report.html')}")
+
+
+def _workers(value: str, where: devices.Placement | None, overrides: bench_configs.Overrides
+             ) -> bench_configs.Workers:
+    """--rpc: the workers, each asked now (before the models are made), and the drafter's device
+    among theirs and this host's (a -devd in --server-args wins), as `buun serve --rpc` places it."""
+    endpoints = rpc_mod.parse(value)
+    spec.check_one_split(endpoints, where)
+    placed = spec.with_workers(str(build.find_binary("llama-server")), endpoints, list(overrides.set), True,
+                               where.env if where else None)
+    return bench_configs.Workers(tuple(endpoints), placed.draft_device)
 
 
 def _levels(value: str) -> list[int]:

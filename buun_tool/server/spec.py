@@ -157,10 +157,7 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
     binary = build.find_binary("llama-server")
     where = devices.placement(recipe, gpus, draft_gpu, binary)
     endpoints = rpc.parse(workers) if workers else []
-    if endpoints and where and len(where.gpus) > 1:
-        raise UsageError(f"--rpc with several cards ({','.join(map(str, where.gpus))}): buun splits the target over "
-                         "this host's cards or over RPC workers, not both at once",
-                         "pass one card (--gpus N) with --rpc, or leave out --rpc")
+    check_one_split(endpoints, where)
     resolved = launch_flags(recipe, command.parse_args(extra or []), drops or [], "the arguments after `--`",
                             models_dir, tree_budget, slots, where, endpoints)
     flags, secrets, context = resolved.flags, resolved.secrets, resolved.context
@@ -173,8 +170,7 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
         model, draft = model or default_target, draft or default_draft
     cards = len(where.gpus) if where else len(build.detect_gpus()) if endpoints and not need_models else 0
     on_workers = with_workers(str(binary), endpoints, flags, need_models, resolved.env, cards) if endpoints else None
-    if on_workers and on_workers.draft_device and not command.option(dict(flags), "-devd"):
-        flags = [*flags, ("-devd", on_workers.draft_device)]
+    flags = with_draft_device(flags, on_workers.draft_device if on_workers else None)
     spec = LaunchSpec(
         name=check_name(name or recipe.name), recipe=recipe.name, recipe_source=str(recipe.source),
         binary=str(binary),
@@ -247,6 +243,22 @@ def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str]
         return Flags(flags, secrets, context, _kept(base, overrides))
     flags, placed = devices.with_split(recipe, flags, where, context.value, models_dir)
     return Flags(flags, secrets, context, _kept(base, overrides), where.env, placed)
+
+
+def check_one_split(endpoints: list[rpc.Endpoint], where: devices.Placement | None) -> None:
+    """RPC workers with one local card at most: llama.cpp would put the target over both kinds of
+    device at once, a plan neither `buun fit --gpus` nor rpc.place makes."""
+    if endpoints and where and len(where.gpus) > 1:
+        raise UsageError(f"--rpc with several cards ({','.join(map(str, where.gpus))}): buun splits the target over "
+                         "this host's cards or over RPC workers, not both at once",
+                         "pass one card (--gpus N) with --rpc, or leave out --rpc")
+
+
+def with_draft_device(flags: list[Flag], device: str | None) -> list[Flag]:
+    """The flags with `-devd device` (with_workers' choice) unless they name the drafter's device."""
+    if device and not command.option(dict(flags), "-devd"):
+        return [*flags, ("-devd", device)]
+    return flags
 
 
 def with_workers(binary: str, endpoints: list[rpc.Endpoint], flags: list[Flag], ask: bool,
