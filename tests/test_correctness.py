@@ -129,7 +129,7 @@ def _greedy_matches(ar: Server, prompt: list[int], got: list[int], tie_tol: floa
     tie_tol of its greedy choice; AR then continues from the speculative path (the draft run is
     never restarted)."""
     done, ties = 0, 0
-    while True:
+    while done < len(got):  # a near-tie at the last token leaves nothing to compare (n_predict 0 is unbounded)
         want = ar.complete(prompt + got[:done], len(got) - done, n_probs=TOP_K)
         j = next((i for i, (a, b) in enumerate(zip(want["tokens"], got[done:], strict=True)) if a != b), None)
         if j is None:
@@ -138,6 +138,7 @@ def _greedy_matches(ar: Server, prompt: list[int], got: list[int], tie_tol: floa
         assert got[done + j] in alts, (f"generated token {done + j}: {got[done + j]} is neither AR's greedy "
                                        f"{want['tokens'][j]} nor one of its near-ties {alts}")
         done, ties = done + j + 1, ties + 1
+    return ties
 
 
 def _text_matches(ar: Server, prompt: str, text: str, n: int, tie_tol: float) -> int:
@@ -218,6 +219,28 @@ def ar_server(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path_factor
     args = _base(target, "-fa", "on", "-ctxcp", "0")
     with llama_server(llama_bin, args, tmp_path_factory.mktemp("ar") / "log") as s:
         yield s
+
+
+class _ScriptedAR:
+    """AR as _greedy_matches asks it: greedy tokens 5, 6, 7 after a prompt of 2, each with token 8
+    as a runner-up 0.02 behind (a near-tie)."""
+
+    GREEDY = [5, 6, 7]
+
+    def complete(self, prompt: list[int], n: int, n_probs: int) -> dict[str, Any]:
+        assert n > 0, "n_predict 0 asks llama-server for an unbounded generation"
+        start = len(prompt) - 2
+        tokens = self.GREEDY[start:start + n]
+        return {"tokens": tokens, "completion_probabilities": [
+            {"top_logprobs": [{"id": t, "logprob": -0.50}, {"id": 8, "logprob": -0.52}]} for t in tokens]}
+
+
+def test_greedy_matches_steps_over_a_near_tie_at_the_last_token() -> None:
+    ar: Any = _ScriptedAR()
+    assert _greedy_matches(ar, [1, 2], [5, 6, 8], tie_tol=0.05) == 1
+    assert _greedy_matches(ar, [1, 2], [5, 8, 7], tie_tol=0.05) == 1
+    with pytest.raises(AssertionError, match="not a near-tie"):
+        _greedy_matches(ar, [1, 2], [5, 6, 8], tie_tol=0.01)
 
 
 @slow
