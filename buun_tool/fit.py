@@ -26,8 +26,9 @@ attention on), following the pinned upstream's allocations:
   n_embd x taps x rows f32, rows the block size or a tree's verify where that is wider, one such
   verify per slot up to the ubatch (patch 0034: the slots verify in one batch).
 - compute buffers: formulas fitted to llama-server's reported sizes (CPU build, full and tiny
-  synthetic models, several ubatch, context and n_max values; see _target_compute). A tree
-  verifies budget + 1 tokens in one ubatch: its logits rows widen the target's buffer.
+  synthetic models, several ubatch, context and n_max values; see _target_compute), the target's
+  activations scaled for CUDA (H200 readings). A tree verifies budget + 1 tokens in one ubatch:
+  its logits rows widen the target's buffer.
 - the CUDA context, cuBLAS and pool workspaces: calibrated on an H200 with the pinned upstream
   (nvidia-smi after load: 16.3 GiB AR, 19.7 GiB DFlash at -c 6048 -np 1, n_max 15).
 """
@@ -320,28 +321,38 @@ def drafter_kv(d: DrafterGeometry, f: FitFlags) -> int:
     return int(d.num_hidden_layers * draft_cells(f) * row * 2 * kv_type_bytes(f.draft_cache_type))
 
 
-def _target_compute(t: TargetGeometry, f: FitFlags) -> int:
+# A CUDA build's target compute buffer holds less of a layer's activations than the CPU build's:
+# AR at -ub 64 (full scale, H200) held 16.0 MiB, 0.75 of it the mask, where the CPU fit says 17.0
+# for the activations. So on CUDA the chain's 16 logits rows (15.2 MiB) weigh about as much, and a
+# tree's extra rows add in full (budget 22: +6.77 MiB measured, +6.54 predicted with this factor).
+CUDA_ACTIVATIONS = 15.25 / 17.0
+
+
+def _target_compute(t: TargetGeometry, f: FitFlags, cuda: bool = False) -> int:
     """Peak of the target's graph. Fitted to llama-server's CPU compute buffers (full scale:
     AR 17.25 / 138.0 MiB at -ub 64 / 512, DFlash n_max 4/8/15 at -ub 64: 29.2 / 41.2 / 62.2 MiB;
     tiny scale likewise, within ~15%): per ubatch token about 4 f32 rows of the FFN width (or
     ~6 of the delta-net value width), one delta-net state per layer for each rollback plane the
-    graph writes (none with the tape), or the logits of the verified block, whichever is larger;
-    plus the f16 KQ mask."""
-    activations, logits, mask = target_compute_parts(t, f)
+    graph writes (none with the tape), or the logits of the verified rows, whichever is larger;
+    plus the f16 KQ mask. On CUDA the activations are CUDA_ACTIVATIONS of that (H200: the chain,
+    a budget-22 tree, 1, 2 and 4 slots and 131072 tokens within 4.3%)."""
+    activations, logits, mask = target_compute_parts(t, f, cuda)
     return max(activations, logits) + mask
 
 
-def target_compute_parts(t: TargetGeometry, f: FitFlags) -> tuple[int, int, int]:
+def target_compute_parts(t: TargetGeometry, f: FitFlags, cuda: bool = False) -> tuple[int, int, int]:
     """_target_compute's terms: (a layer's activations and rollback states, the verify's logits,
     the KQ mask). A layer split holds the first on every card, the logits on the output layer's
-    and the mask, a graph input, on each card (split.py)."""
+    and the mask, a graph input, on each card (split.py). The logits are one ubatch's rows: the
+    slots' verify blocks, up to -ub of them (4 slots of 17 rows at -ub 64 hold 64)."""
     ub = min(f.ubatch, f.batch)
     per_token = 4 * max(4 * t.intermediate_size, int(5.67 * t.value_dim))
+    activations = int(ub * per_token * (CUDA_ACTIVATIONS if cuda else 1.0))
     n_rs = f.rs_rows if f.spec and f.rollback == "snapshot" else 0
     states = n_rs * t.linear_key_head_dim * t.value_dim * 4
-    logits = f.verify_width * f.n_parallel * t.vocab_size * 4
+    logits = min(f.verify_width * f.n_parallel, ub) * t.vocab_size * 4
     mask = ub * cells(f.ctx, f.n_parallel) * 2
-    return ub * per_token + states, logits, mask
+    return activations + states, logits, mask
 
 
 def feature_rows(d: DrafterGeometry, f: FitFlags) -> int:
@@ -417,7 +428,7 @@ def predict(recipe: Recipe, flags: FitFlags, scale: str = "full", weights: Weigh
                   f"K {f.cache_type_k} V {f.cache_type_v}"),
         Component("recurrent", "recurrent state", recurrent(t, f),
                   f"{planes} plane(s) x {recurrent_plane(t) / MIB:.1f} MiB (delta-net + conv, f32){tape}"),
-        Component("target_compute", "target compute buffer", _target_compute(t, f), f"-ub {f.ubatch}"),
+        Component("target_compute", "target compute buffer", _target_compute(t, f, cuda), f"-ub {f.ubatch}"),
     ]
     if f.spec:
         dc = draft_cells(f)

@@ -124,7 +124,7 @@ def _parts(recipe: Recipe, f: fit.FitFlags, n_cards: int, draft: int, weights: f
     # blocks beyond the geometry's (a GGUF's NextN layers) hold weights only
     attn = [i < t.num_hidden_layers and t.is_full_attention(i) for i in range(n_layer)]
     rec = [i < t.num_hidden_layers and not t.is_full_attention(i) for i in range(n_layer)]
-    act, logits, mask = fit.target_compute_parts(t, f)
+    act, logits, mask = fit.target_compute_parts(t, f, cuda=True)
     copies = PIPELINE_COPIES if n_cards > 1 else 1
     inputs = (mask + (t.hidden_size * min(f.ubatch, f.batch) * 4 if n_cards > 1 else 0)) * copies
     fixed = []
