@@ -12,6 +12,9 @@
 # part after build runs on what build left (the patched tree, the CUDA build, the synthetic pair).
 #   build        vendor + patch, the product CUDA build for the machine's own GPU (`buun build
 #                --cuda`: the arch comes from nvidia-smi) while the full-size synthetic pair is written
+#   build-lean   build with little device time left: llama-server and llama-bench only, no FA kernels
+#                for quantized KV caches (gpu_prepare_lean; ~4 min on 16 cores), then the parts that
+#                need no more (correctness, ar, widths, bench at f16 KV)
 #   tbo-mmqs     test-backend-ops: the small-batch K-quant kernel's MUL_MAT cases (9-32 columns)
 #                against the CPU, and its timings at the 27B's FFN shapes, 16 against 17-32
 #                columns, with 0031's two variants (GGML_CUDA_MMQS_INTERLEAVE=0/1)
@@ -56,6 +59,10 @@
 
 part_build() {
     gpu_prepare
+}
+
+part_build_lean() {
+    gpu_prepare_lean
 }
 
 part_tbo_mmqs() {
