@@ -17,7 +17,7 @@ attention on), following the pinned upstream's allocations:
 - KV cache of the full-attention layers only: pad256(ctx) cells x K and V rows, by cache type.
 - recurrent state of the Gated DeltaNet layers, f32: the delta-net state (state_size x
   value_dim) and the conv window ((kernel - 1) x conv_dim) per sequence. With a drafter, patch
-  0005's tape-replay rollback keeps 2 planes and a tape of n_rs_seq + 1 tokens (conv inputs, gate
+  0005's tape-replay rollback keeps 1 plane (0038) and a tape of n_rs_seq + 1 tokens (conv inputs, gate
   and beta per delta-net layer), n_rs_seq being the unclamped --spec-draft-n-max, or the tree
   budget where that is larger (patch 0029 raises it so that the tape holds a tree's verify);
   upstream's snapshot rollback (LLAMA_RS_ROLLBACK=snapshot) keeps 1 + n_rs_seq planes.
@@ -282,7 +282,7 @@ def recurrent_plane(t: TargetGeometry) -> int:
 def recurrent_planes(f: FitFlags) -> int:
     if not f.spec:
         return 1
-    return 2 if f.rollback == "tape" else 1 + f.rs_rows
+    return 1 if f.rollback == "tape" else 1 + f.rs_rows  # the tape: one plane since patch 0038
 
 
 def recurrent_tape(t: TargetGeometry, f: FitFlags) -> int:

@@ -57,13 +57,13 @@ class TestComponents:
         assert dflash.total / fit.GIB == pytest.approx(19.64, abs=0.05)
         assert dflash.get("drafter_compute") / MIB == pytest.approx(61.875, abs=0.01)
 
-    def test_tape_rollback_keeps_two_planes_and_a_tape(self, recipe) -> None:
+    def test_tape_rollback_keeps_one_plane_and_a_tape(self, recipe) -> None:
         tape = fit.predict(recipe, replace(CALIBRATION_DFLASH, rollback="tape"))
         snapshot = fit.predict(recipe, CALIBRATION_DFLASH)
-        # 2 planes + 48 layers x 16 tokens x (conv 10240 + gate and beta 2 x 48) f32, and a zero row of
-        # gate and beta per layer
-        assert tape.get("recurrent") == 2 * 48 * (128 * 6144 + 3 * 10240) * 4 + 48 * 17 * (10240 + 96) * 4
-        assert tape.get("recurrent") / MIB == pytest.approx(331.42, abs=0.01)
+        # 1 plane (patch 0038) + 48 layers x 16 tokens x (conv 10240 + gate and beta 2 x 48) f32, and a
+        # zero row of gate and beta per layer
+        assert tape.get("recurrent") == 48 * (128 * 6144 + 3 * 10240) * 4 + 48 * 17 * (10240 + 96) * 4
+        assert tape.get("recurrent") / MIB == pytest.approx(181.80, abs=0.01)
         assert tape.get("target_compute") < snapshot.get("target_compute")  # no snapshot states in the graph
         assert (snapshot.total - tape.total) / fit.GIB > 2
 
@@ -99,7 +99,7 @@ UB_ROWS = 64 * 4 * 4 * 17408
 UB_ROWS_CUDA = 15_990_784
 MASK = 64 * 6144 * 2
 FEATURE_ROW = 5 * 5120 * 4
-PLANES = 2 * 48 * (128 * 6144 + 3 * 10240) * 4
+PLANE = 48 * (128 * 6144 + 3 * 10240) * 4
 
 
 class TestSlots:
@@ -123,7 +123,7 @@ class TestSlots:
         one = fit.with_slots(recipe, self.TAPE, 1)
         cost = fit.slot_cost(recipe, one, 6144)
         assert cost["target_kv"] == 16 * 6144 * 4 * 256 * 2 * 2  # its 6144 cells, K+V f16
-        assert cost["recurrent"] == PLANES + (15 + 1) * TAPE_ROW  # two planes and a verify's tape
+        assert cost["recurrent"] == PLANE + (15 + 1) * TAPE_ROW  # its plane and a verify's tape (0038)
         assert cost["target_compute"] == 2 * 16 * LOGITS_ROW + MASK - UB_ROWS_CUDA  # both slots' logits, twice the mask
         assert cost["features"] == 16 * FEATURE_ROW and cost["drafter_kv"] == 5 * 6144 * 8 * 128 * 2 * 2  # no -cd
         # five slots need -ub 80: the compute buffers grow too
@@ -170,8 +170,8 @@ class TestTree:
     def test_the_tape_the_logits_and_the_features_grow_to_the_budget(self, recipe) -> None:
         chain = fit.predict(recipe, self.TAPE)
         tree = fit.predict(recipe, replace(self.TAPE, tree_budget=22))
-        assert chain.get("recurrent") == PLANES + (16 + 1) * TAPE_ROW  # the 331.42 MiB of the chain
-        assert tree.get("recurrent") == PLANES + (23 + 1) * TAPE_ROW
+        assert chain.get("recurrent") == PLANE + (16 + 1) * TAPE_ROW  # the 181.80 MiB of the chain
+        assert tree.get("recurrent") == PLANE + (23 + 1) * TAPE_ROW
         # the chain's 16 logits rows are just under the ubatch's activations on CUDA; the tree's 23 are not
         assert chain.get("target_compute") == UB_ROWS_CUDA + MASK and 16 * LOGITS_ROW < UB_ROWS_CUDA
         assert tree.get("target_compute") == 23 * LOGITS_ROW + MASK
