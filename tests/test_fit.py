@@ -104,7 +104,7 @@ PLANE = 48 * (128 * 6144 + 3 * 10240) * 4
 
 class TestSlots:
     """N slots (-np N): -c is their total, each has its share of KV cells and a recurrent state,
-    rollback plane, tape and drafter window of its own, the target's buffer holds every slot's
+    rollback tape and drafter window of its own, the target's buffer holds every slot's
     verify logits, and the ubatch grows to hold every slot's verify (16 tokens each)."""
 
     TAPE = replace(CALIBRATION_DFLASH, rollback="tape")

@@ -532,8 +532,8 @@ def _print_slots(pred: fit.Prediction, slots: dict[str, Any]) -> None:
         own = slots["own_cache"]
         rest = {k: v for k, v in more.items() if k != "target_kv"}
         rest["recurrent"] = rest.get("recurrent", 0) - (own - more.get("target_kv", 0))
-        parts = ", ".join(f"{labels.get(k, k) if k != 'recurrent' else 'rollback plane and tape'} "
-                          f"+{v / fit.MIB:.1f}" for k, v in rest.items() if v)
+        labels["recurrent"] = "rollback tape" if pred.flags.rollback == "tape" else "rollback snapshot planes"
+        parts = ", ".join(f"{labels.get(k, k)} +{v / fit.MIB:.1f}" for k, v in rest.items() if v)
         console.out.print(f"one more slot ({slots['slots'] + 1}) at {slots['ctx_per_slot']} tokens each: "
                           f"[bold]+{sum(more.values()) / fit.MIB:.1f} MiB[/]: its cache +{own / fit.MIB:.1f} "
                           f"(KV cells and recurrent state), and +{sum(rest.values()) / fit.MIB:.1f} MiB ({parts})")
