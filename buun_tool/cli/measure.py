@@ -39,10 +39,10 @@ from rich.table import Table
 
 from buun_tool import bench, bench_configs, build, chart, compare, console, fit, patches, paths, recipes, report, synth
 from buun_tool.cli import fit_split
-from buun_tool.cli.launch import DraftGpuOpt, GpusOpt
+from buun_tool.cli.launch import DraftGpuOpt, GpusOpt, RpcOpt
 from buun_tool.cli.options import ModelsDirOpt
 from buun_tool.errors import NotReadyError, UsageError
-from buun_tool.server import devices, spec
+from buun_tool.server import command, devices, spec
 from buun_tool.server import rpc as rpc_mod
 
 RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file (default: qwen3.5-27b-dflash).",
@@ -158,10 +158,7 @@ def bench_cmd(
         "AR at N.", show_default=False)] = None,
     gpus: GpusOpt = None,
     draft_gpu: DraftGpuOpt = None,
-    rpc: Annotated[str | None, typer.Option(
-        "--rpc", metavar="HOST:PORT,...", show_default=False,
-        help="Split every server over these RPC workers, as `buun serve --rpc` does (`buun worker start` on each; "
-        "each must answer first).")] = None,
+    rpc: RpcOpt = None,
     no_ar: Annotated[bool, typer.Option("--no-ar", help="Skip the autoregressive baseline.")] = False,
     against: Annotated[Against | None, typer.Option(
         "--against", help="Also run every configuration on unpatched llama.cpp (`buun build --upstream` builds "
@@ -230,7 +227,7 @@ def bench_cmd(
         where = devices.placement(r, devices.parse_gpus(gpus) if gpus else None, draft_gpu,
                                   build.find_binary("llama-server"))
     overrides = bench_configs.common(ctx, draft_max, host_sampling, shlex.split(server_args))
-    workers = _workers(rpc, where, overrides) if rpc else None
+    workers = _workers(rpc, r, where, overrides) if rpc else None
     trees = bench_configs.tree_configs(budgets, r, overrides, models)  # a tree that cannot be served: before the models
     cfgs = bench_configs.configs(not no_ar, synthetic_al, trees)
     cfgs += bench_configs.concurrency_configs(levels, cfgs, ctx)
@@ -274,13 +271,15 @@ def bench_cmd(
         console.ok(f"report: {report.write(result.to_json(), out_dir / 'report.html')}")
 
 
-def _workers(value: str, where: devices.Placement | None, overrides: bench_configs.Overrides
-             ) -> bench_configs.Workers:
+def _workers(value: str, recipe: recipes.Recipe, where: devices.Placement | None,
+             overrides: bench_configs.Overrides) -> bench_configs.Workers:
     """--rpc: the workers, each asked now (before the models are made), and the drafter's device
-    among theirs and this host's (a -devd in --server-args wins), as `buun serve --rpc` places it."""
+    among theirs and this host's (a -dev or -devd of the recipe or --server-args decides), as `buun
+    serve --rpc` places it."""
     endpoints = rpc_mod.parse(value)
     spec.check_one_split(endpoints, where)
-    placed = spec.with_workers(str(build.find_binary("llama-server")), endpoints, list(overrides.set), True,
+    flags = command.merge(command.recipe_flags(recipe.server_flags), overrides.set, overrides.drop)
+    placed = spec.with_workers(str(build.find_binary("llama-server")), endpoints, flags, True,
                                where.env if where else None)
     return bench_configs.Workers(tuple(endpoints), placed.draft_device)
 
