@@ -12,6 +12,10 @@ def main() -> None:
         cli_main()
     except KeyboardInterrupt:
         exit_interrupted()
+    except RuntimeError as exc:  # a Ctrl-C inside a descriptor's __set_name__ while a class is made
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            exit_interrupted()
+        raise
 
 
 if __name__ == "__main__":
