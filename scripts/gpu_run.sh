@@ -18,6 +18,14 @@
 #   tbo-mmqs     test-backend-ops: the small-batch K-quant kernel's MUL_MAT cases (9-32 columns)
 #                against the CPU, and its timings at the 27B's FFN shapes, 16 against 17-32
 #                columns, with 0031's two variants (GGML_CUDA_MMQS_INTERLEAVE=0/1)
+#   mmqs-bench   the small-batch kernel on its own (scripts/cuda/mmqs_bench.cu): each variant against
+#                a float reference and the first version, and its time per launch at the 27B's
+#                shapes, 1-64 columns, weights from DRAM; needs no build (GPU_MMQS_SRC: a folder whose
+#                mmq-small.cu stands in for the patched tree's, a kernel not in the series yet)
+#   tbo-mmqs2    test-backend-ops: version 2 of the small-batch kernel (0039), its MUL_MAT cases of
+#                1-64 columns and the shared quantizations against the CPU, and its timings at the
+#                27B's FFN shapes (16, 23, 32 and 64 columns) beside the first version's
+#                (GGML_CUDA_MMQS_V2=0: MMQ past 32 columns)
 #   tree-ops     test-tree-ssm (0025's ops: every node against the chain op over its path, against
 #                the CPU, a planted off-by-one parent) and test-backend-ops' check of both tree ops
 #                and of the chain ops beside them, with their timings at the 27B's shapes (a chain
@@ -31,6 +39,7 @@
 #   ar           llama-bench tg128 of the target: the run's AR anchor
 #   widths       llama-bench pp N of the target, one sequence: what a forward of N tokens costs (a
 #                chain's verify 16, a budget-22 tree's 23, two slots' 32, four slots' 64)
+#   widths-v1    the same with the small-batch kernel's first version (GGML_CUDA_MMQS_V2=0)
 #   bench        `buun bench`: AR, and DFlash chains at synthetic AL 1 / 7.67 / 8.31, with the
 #                per-phase step profile (LLAMA_SPEC_PROFILE=1)
 #   upstream     `buun build --upstream` (the unpatched pin, the same flags), then the bench's
@@ -73,6 +82,27 @@ part_tbo_mmqs() {
         gpu_tbo "mmqs-il$v" "GGML_CUDA_MMQS_INTERLEAVE=$v" test -o MUL_MAT -p "type_a=q[456]_K,type_b=f32,m=[0-9]+,n=(17|23|32),"
         gpu_tbo "perf-mmqs-il$v" "GGML_CUDA_MMQS_INTERLEAVE=$v" perf -o MUL_MAT \
             -p "type_a=q[46]_K,type_b=f32,m=(17408|5120),n=(16|17|23|32),k=(5120|17408),"
+    done
+}
+
+part_mmqs_bench() {
+    [ -d vendor/llama.cpp/ggml ] || gpu_vendor
+    local g=vendor/llama.cpp/ggml inc=()
+    [ -z "${GPU_MMQS_SRC:-}" ] || inc=(-I "$GPU_MMQS_SRC")
+    step mmqs-bench-build 600 nvcc -O3 -std=c++17 -arch="sm_$CUDA_ARCH" "${inc[@]}" -I$g/include -I$g/src -I$g/src/ggml-cuda \
+        scripts/cuda/mmqs_bench.cu -o "$W/mmqs_bench" -Xlinker --unresolved-symbols=ignore-all -Xptxas -v || return 1
+    step mmqs-bench 600 "$W/mmqs_bench"
+    cp "$RES/mmqs-bench.log" "$RES/mmqs-bench.txt"  # the poll's partial results take .txt
+}
+
+part_tbo_mmqs2() {
+    gpu_tbo_build
+    gpu_tbo mmqs2 "" test -o MUL_MAT -p "type_a=q[456]_K,type_b=f32,m=[0-9]+,n=(1|9|16|17|23|32|33|40|48|57|64),"
+    gpu_tbo mmqs2-shared "" test -o MUL_MAT_SHARED_SRC1
+    local v
+    for v in 1 0; do
+        gpu_tbo "perf-mmqs2-v$v" "GGML_CUDA_MMQS_V2=$v" perf -o MUL_MAT \
+            -p "type_a=q[46]_K,type_b=f32,m=(17408|5120),n=(16|23|32|64),k=(5120|17408),"
     done
 }
 
@@ -135,6 +165,11 @@ part_ar() {
 part_widths() {
     step widths 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -ub 64 -p 16,23,32,48,64 -n 0 -r 10
     grep " pp" "$RES/widths.log" | tee -a "$RES/summary.txt"
+}
+
+part_widths_v1() {
+    step widths-v1 300 env GGML_CUDA_MMQS_V2=0 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -ub 64 -p 16,23,32,48,64 -n 0 -r 10
+    grep " pp" "$RES/widths-v1.log" | tee -a "$RES/summary.txt"
 }
 
 part_bench() {

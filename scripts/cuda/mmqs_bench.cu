@@ -1,0 +1,184 @@
+// The small-batch K-quant matmul (vendor/llama.cpp/ggml/src/ggml-cuda/mmq-small.cu) on its own:
+// every variant of the kernel against a float reference and against the first version, and its
+// time per launch at the 27B's shapes, with the weights read from DRAM (the launches cycle over
+// copies of the matrix that together outgrow L2). Built and run by scripts/gpu_run.sh mmqs-bench:
+//
+//     nvcc -O3 -std=c++17 -arch=sm_90a -I<ggml>/include -I<ggml>/src -I<ggml>/src/ggml-cuda \
+//         scripts/cuda/mmqs_bench.cu -o mmqs_bench -Xlinker --unresolved-symbols=ignore-all
+//     ./mmqs_bench            # CSV: type,m,k,n,variant,us,max_err_ref,max_diff_v1
+#include "mmq-small.cu" // GPU_MMQS_SRC first, then the patched tree (-I)
+
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+// dst[col*m + row] = sum_k dequant(x[row]) . y[col] in double, from the blocks as ggml lays them out
+static void reference(ggml_type type, const std::vector<uint8_t> & x, const std::vector<float> & y, int m, int k, int n,
+        std::vector<float> & dst) {
+    const int nb = k / QK_K;
+    std::vector<float> row(k);
+    dst.assign((size_t) m*n, 0.0f);
+    for (int r = 0; r < m; ++r) {
+        for (int b = 0; b < nb; ++b) {
+            float * v = row.data() + b*QK_K;
+            if (type == GGML_TYPE_Q6_K) {
+                const block_q6_K * q = (const block_q6_K *) x.data() + (size_t) r*nb + b;
+                const float d = __half2float(*(const __half *) &q->d);
+                for (int l = 0; l < QK_K; ++l) {
+                    const int half = l / 128, li = l % 128, j = li / 32, ll = li % 32;
+                    const int lo = (q->ql[64*half + 32*(j % 2) + ll] >> (4*(j/2))) & 0xF;
+                    const int hi = (q->qh[32*half + ll] >> (2*j)) & 3;
+                    v[l] = d * q->scales[8*half + 2*j + ll/16] * ((lo | hi << 4) - 32);
+                }
+            } else {
+                const block_q4_K * q = (const block_q4_K *) x.data() + (size_t) r*nb + b;
+                const half2 dm = *(const half2 *) &q->dm;
+                const float d = __low2float(dm), dmin = __high2float(dm);
+                for (int s = 0; s < 8; ++s) {
+                    int sc, mn;
+                    const uint8_t * S = q->scales;
+                    if (s < 4) { sc = S[s] & 63; mn = S[s + 4] & 63; }
+                    else { sc = (S[s + 4] & 0xF) | ((S[s - 4] >> 6) << 4); mn = (S[s + 4] >> 4) | ((S[s] >> 6) << 4); }
+                    for (int l = 0; l < 32; ++l) {
+                        const int qv = (q->qs[32*(s/2) + l] >> (4*(s % 2))) & 0xF;
+                        v[32*s + l] = d*sc*qv - dmin*mn;
+                    }
+                }
+            }
+        }
+        for (int c = 0; c < n; ++c) {
+            double sum = 0;
+            for (int i = 0; i < k; ++i) sum += (double) row[i] * y[(size_t) c*k + i];
+            dst[(size_t) c*m + r] = (float) sum;
+        }
+    }
+}
+
+struct problem {
+    ggml_type type; int m, k;
+    size_t bs() const { return type == GGML_TYPE_Q6_K ? sizeof(block_q6_K) : sizeof(block_q4_K); }
+    size_t bytes() const { return (size_t) m*(k/QK_K)*bs(); }
+};
+
+static std::vector<uint8_t> random_matrix(const problem & p, std::mt19937 & rng) {
+    std::vector<uint8_t> x(p.bytes());
+    for (auto & b : x) b = (uint8_t) rng();
+    std::uniform_real_distribution<float> ud(0.5e-3f, 2e-3f);
+    const size_t nblk = x.size() / p.bs();
+    for (size_t i = 0; i < nblk; ++i) {
+        uint8_t * blk = x.data() + i*p.bs();
+        if (p.type == GGML_TYPE_Q6_K) {
+            *(__half *) (blk + offsetof(block_q6_K, d)) = __float2half(ud(rng));
+        } else {
+            ((__half *) blk)[0] = __float2half(ud(rng));
+            ((__half *) blk)[1] = __float2half(ud(rng));
+        }
+    }
+    return x;
+}
+
+using launcher = void (*)(const char *, const char *, float *, int, int, int, cudaStream_t);
+
+template <int NWARPS, int NG, ggml_type type>
+static void run_v1(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
+    mul_mat_k_small<NWARPS, NG, true, type><<<(m + 15)/16, dim3(WARP_SIZE, NWARPS), 0, st>>>(x, y, d, k/QK_K, m, k/QK_K, n, m);
+}
+template <int NWARPS, int NT, int MINB, int PF, bool MM, ggml_type type>
+static void run_v2(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
+    const int ng = ((n + 15)/16 + NT/2 - 1)/(NT/2)*(NT/2);
+    const int npass = (n + 8*NT - 1)/(8*NT);
+    mul_mat_k_small2<NWARPS, NT, MINB, PF, MM, type><<<(m + 15)/16*npass, dim3(WARP_SIZE, NWARPS), 0, st>>>(x, y, d, ng, npass, k/QK_K, m, k/QK_K, n, m);
+}
+
+struct variant { std::string name; int ntt; launcher fn; int nt; }; // nt: v2's tiles a pass (the layout's groups, a multiple of nt/2)
+
+// ntt: the v1 kernel's tiles (2 per group), 0: any column count
+template <ggml_type type>
+static std::vector<variant> variants() {
+    std::vector<variant> v;
+    v.push_back({"v1", 2, run_v1<4, 1, type>, 2});
+    v.push_back({"v1", 4, run_v1<4, 2, type>, 2});
+#define V2(NT, MINB, PF, MM) v.push_back({"v2-nt" #NT "-b" #MINB "-pf" #PF "-mm" #MM, 0, run_v2<4, NT, MINB, PF, MM, type>, NT})
+#define V2PF(NT, MINB, MM) V2(NT, MINB, 0, MM); V2(NT, MINB, 1, MM); V2(NT, MINB, 2, MM)
+    constexpr bool q4 = type != GGML_TYPE_Q6_K;
+    V2PF(2, 4, false); V2PF(4, 4, false); V2PF(4, 3, false);
+    if constexpr (q4) {
+        V2PF(2, 4, true); V2PF(4, 4, true); V2PF(4, 3, true);
+    }
+    return v;
+}
+
+int main(int argc, char ** argv) {
+    const int iters = argc > 1 ? atoi(argv[1]) : 40;
+    std::mt19937 rng(42);
+    const problem probs[] = {
+        { GGML_TYPE_Q4_K, 17408, 5120 }, { GGML_TYPE_Q4_K, 5120, 17408 }, { GGML_TYPE_Q6_K, 5120, 17408 },
+        { GGML_TYPE_Q4_K, 10240, 5120 },
+    };
+    const int ns[] = { 1, 8, 16, 17, 23, 32, 40, 48, 64 };
+    cudaStream_t st;
+    CK(cudaStreamCreate(&st));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    printf("type,m,k,n,variant,us,max_err_ref,max_diff_v1\n");
+    for (const problem & p : probs) {
+        const std::vector<uint8_t> hx = random_matrix(p, rng);
+        const int ncopies = (int) std::max<size_t>(2, (size_t) 512*1024*1024 / p.bytes());
+        char * dx;
+        CK(cudaMalloc(&dx, p.bytes()*ncopies));
+        for (int c = 0; c < ncopies; ++c) CK(cudaMemcpy(dx + c*p.bytes(), hx.data(), p.bytes(), cudaMemcpyHostToDevice));
+        // the reference over a few rows only (all columns)
+        const int mref = 64;
+        for (const int n : ns) {
+            std::vector<float> hy((size_t) n*p.k);
+            std::normal_distribution<float> nd(0.0f, 1.0f);
+            for (auto & f : hy) f = nd(rng);
+            std::vector<float> ref;
+            std::vector<uint8_t> hxr(hx.begin(), hx.begin() + (size_t) mref*(p.k/QK_K)*p.bs());
+            reference(p.type, hxr, hy, mref, p.k, n, ref);
+            float * dyf; char * dyq; float * dd;
+            const int ng = (n + 15)/16;
+            CK(cudaMalloc(&dyf, hy.size()*sizeof(float)));
+            CK(cudaMemcpy(dyf, hy.data(), hy.size()*sizeof(float), cudaMemcpyHostToDevice));
+            CK(cudaMalloc(&dyq, (size_t) (p.k/QK_K)*4*MMQS_Y_BYTES));
+            CK(cudaMalloc(&dd, (size_t) p.m*n*sizeof(float)));
+            std::vector<float> out_v1;
+            const auto vs = p.type == GGML_TYPE_Q6_K ? variants<GGML_TYPE_Q6_K>() : variants<GGML_TYPE_Q4_K>();
+            for (const variant & v : vs) {
+                if (v.ntt != 0 && v.ntt != 2*ng) continue;
+                const int ngv = (ng + v.nt/2 - 1)/(v.nt/2)*(v.nt/2);
+                quantize_q8_1_small<<<dim3(p.k/QK_K, ngv*MMQS_COLS), WARP_SIZE, 0, st>>>(dyf, dyq, n, p.k);
+                CK(cudaMemset(dd, 0, (size_t) p.m*n*sizeof(float)));
+                v.fn(dx, dyq, dd, p.m, p.k, n, st);
+                CK(cudaStreamSynchronize(st));
+                CK(cudaGetLastError());
+                std::vector<float> out((size_t) p.m*n);
+                CK(cudaMemcpy(out.data(), dd, out.size()*sizeof(float), cudaMemcpyDeviceToHost));
+                double err = 0, scale = 0, diff = 0;
+                for (int c = 0; c < n; ++c) for (int r = 0; r < mref; ++r) {
+                    err = std::max(err, (double) fabsf(out[(size_t) c*p.m + r] - ref[(size_t) c*mref + r]));
+                    scale = std::max(scale, (double) fabsf(ref[(size_t) c*mref + r]));
+                }
+                if (v.name == "v1") out_v1 = out;
+                else if (!out_v1.empty()) for (size_t i = 0; i < out.size(); ++i) diff = std::max(diff, (double) fabsf(out[i] - out_v1[i]));
+                for (int i = 0; i < 3; ++i) v.fn(dx + (size_t) (i % ncopies)*p.bytes(), dyq, dd, p.m, p.k, n, st);
+                CK(cudaEventRecord(e0, st));
+                for (int i = 0; i < iters; ++i) v.fn(dx + (size_t) (i % ncopies)*p.bytes(), dyq, dd, p.m, p.k, n, st);
+                CK(cudaEventRecord(e1, st));
+                CK(cudaEventSynchronize(e1));
+                float ms;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                printf("%s,%d,%d,%d,%s,%.2f,%.3g,%.3g\n", p.type == GGML_TYPE_Q6_K ? "q6_K" : "q4_K", p.m, p.k, n, v.name.c_str(), 1000*ms/iters,
+                    err/std::max(scale, 1e-30), out_v1.empty() || v.name == "v1" ? 0.0 : diff);
+                fflush(stdout);
+            }
+            CK(cudaFree(dyf)); CK(cudaFree(dyq)); CK(cudaFree(dd));
+        }
+        CK(cudaFree(dx));
+    }
+    return 0;
+}
