@@ -162,14 +162,20 @@ part_ar() {
     grep "tg128" "$RES/llama-bench-ar.log" | tee -a "$RES/summary.txt"
 }
 
+# widths NAME [VAR=VALUE...]: llama-bench pp 16-64 in the environment given
+widths() {
+    local name=$1
+    shift
+    step "$name" 300 env "$@" "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -ub 64 -p 16,23,32,48,64 -n 0 -r 10
+    grep " pp" "$RES/$name.log" | tee -a "$RES/summary.txt"
+}
+
 part_widths() {
-    step widths 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -ub 64 -p 16,23,32,48,64 -n 0 -r 10
-    grep " pp" "$RES/widths.log" | tee -a "$RES/summary.txt"
+    widths widths
 }
 
 part_widths_v1() {
-    step widths-v1 300 env GGML_CUDA_MMQS_V2=0 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -ub 64 -p 16,23,32,48,64 -n 0 -r 10
-    grep " pp" "$RES/widths-v1.log" | tee -a "$RES/summary.txt"
+    widths widths-v1 GGML_CUDA_MMQS_V2=0
 }
 
 part_bench() {
