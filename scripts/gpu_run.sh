@@ -22,6 +22,9 @@
 #                a float reference and the first version, and its time per launch at the 27B's
 #                shapes, 1-64 columns, weights from DRAM; needs no build (GPU_MMQS_SRC: a folder whose
 #                mmq-small.cu stands in for the patched tree's, a kernel not in the series yet)
+#   mmqs-bench-86  the same built for Ampere's compute_86 as PTX only (the driver compiles it for
+#                this card at load, so the code a 3090 gets runs here; its timings are not this
+#                card's own code's)
 #   tbo-mmqs2    test-backend-ops: version 2 of the small-batch kernel (0039), its MUL_MAT cases of
 #                1-64 columns and the shared quantizations against the CPU, and its timings at the
 #                27B's FFN shapes (16, 23, 32 and 64 columns) beside the first version's
@@ -85,14 +88,23 @@ part_tbo_mmqs() {
     done
 }
 
-part_mmqs_bench() {
+# mmqs_bench NAME ARCH: the kernel bench built for ARCH (nvcc's -arch), its CSV in $RES/NAME.txt
+mmqs_bench() {
+    local name=$1 arch=$2 g=vendor/llama.cpp/ggml inc=()
     [ -d vendor/llama.cpp/ggml ] || gpu_vendor
-    local g=vendor/llama.cpp/ggml inc=()
     [ -z "${GPU_MMQS_SRC:-}" ] || inc=(-I "$GPU_MMQS_SRC")
-    step mmqs-bench-build 600 nvcc -O3 -std=c++17 -arch="sm_$CUDA_ARCH" "${inc[@]}" -I$g/include -I$g/src -I$g/src/ggml-cuda \
-        scripts/cuda/mmqs_bench.cu -o "$W/mmqs_bench" -Xlinker --unresolved-symbols=ignore-all -Xptxas -v || return 1
-    step mmqs-bench 600 "$W/mmqs_bench"
-    cp "$RES/mmqs-bench.log" "$RES/mmqs-bench.txt"  # the poll's partial results take .txt
+    step "$name-build" 600 nvcc -O3 -std=c++17 -arch="$arch" "${inc[@]}" -I$g/include -I$g/src -I$g/src/ggml-cuda \
+        scripts/cuda/mmqs_bench.cu -o "$W/$name" -Xlinker --unresolved-symbols=ignore-all -Xptxas -v || return 1
+    step "$name" 600 "$W/$name"
+    cp "$RES/$name.log" "$RES/$name.txt"  # the poll's partial results take .txt
+}
+
+part_mmqs_bench() {
+    mmqs_bench mmqs-bench "sm_$CUDA_ARCH"
+}
+
+part_mmqs_bench_86() {
+    mmqs_bench mmqs-bench-86 compute_86
 }
 
 part_tbo_mmqs2() {

@@ -92,11 +92,38 @@ static int layout_groups(int n, int nt) {
     return ((n + 15)/16 + nt/2 - 1)/(nt/2)*(nt/2);
 }
 
-template <int NWARPS, int NT, int MINB, int PF, bool MM, ggml_type type>
+template <int NWARPS, int NT, int MINB, int PF, ggml_type type>
 static void run_v2(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
     const int ng = layout_groups(n, NT);
     const int npass = (n + 8*NT - 1)/(8*NT);
-    mul_mat_k_small2<NWARPS, NT, MINB, PF, MM, type><<<(m + 15)/16*npass, dim3(WARP_SIZE, NWARPS), 0, st>>>(x, y, d, ng, npass, k/QK_K, m, k/QK_K, n, m);
+    mul_mat_k_small2<NWARPS, NT, MINB, PF, type><<<(m + 15)/16*npass, dim3(WARP_SIZE, NWARPS), 0, st>>>(x, y, d, ng, npass, k/QK_K, m, k/QK_K, n, m);
+}
+
+
+// Bounds, not products (their max_err_ref means nothing): "compute" is version 2 with every block
+// reading the first row tile (its weights stay in L1/L2: the kernel's time without DRAM), "read" a
+// plain read of the matrix (16 bytes a load, the time DRAM alone takes).
+template <int NT, ggml_type type>
+static void run_compute(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
+    const int ng = layout_groups(n, NT);
+    const int npass = (n + 8*NT - 1)/(8*NT);
+    mul_mat_k_small2<4, NT, NT == 4 ? 3 : 4, 0, type><<<(m + 15)/16*npass, dim3(WARP_SIZE, 4), 0, st>>>(x, y, d, ng, npass, k/QK_K, 16, k/QK_K, n, m);
+}
+static __global__ void read_matrix(const uint4 * x, const size_t n, float * d) {
+    uint32_t v = 0;
+    for (size_t i = blockIdx.x*(size_t) blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x*blockDim.x) {
+        const uint4 q = __ldg(x + i);
+        v ^= q.x ^ q.y ^ q.z ^ q.w;
+    }
+    if (v == 0x12345678u) {
+        d[0] = (float) v;
+    }
+}
+template <ggml_type type>
+static void run_read(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
+    GGML_UNUSED(y); GGML_UNUSED(n);
+    const size_t bytes = (size_t) m*(k/QK_K)*(type == GGML_TYPE_Q6_K ? sizeof(block_q6_K) : sizeof(block_q4_K));
+    read_matrix<<<132*8, 256, 0, st>>>((const uint4 *) x, bytes/16, d);
 }
 
 struct variant { std::string name; int ntt; launcher fn; int nt; }; // nt: v2's tiles a pass (the layout's groups, a multiple of nt/2)
@@ -107,13 +134,13 @@ static std::vector<variant> variants() {
     std::vector<variant> v;
     v.push_back({"v1", 2, run_v1<4, 1, type>, 2});
     v.push_back({"v1", 4, run_v1<4, 2, type>, 2});
-#define V2(NT, MINB, PF, MM) v.push_back({"v2-nt" #NT "-b" #MINB "-pf" #PF "-mm" #MM, 0, run_v2<4, NT, MINB, PF, MM, type>, NT})
-#define V2PF(NT, MINB, MM) V2(NT, MINB, 0, MM); V2(NT, MINB, 1, MM); V2(NT, MINB, 2, MM)
-    constexpr bool q4 = type != GGML_TYPE_Q6_K;
-    V2PF(2, 4, false); V2PF(4, 4, false); V2PF(4, 3, false);
-    if constexpr (q4) {
-        V2PF(2, 4, true); V2PF(4, 4, true); V2PF(4, 3, true);
-    }
+#define V2(NT, MINB, PF) v.push_back({"v2-nt" #NT "-b" #MINB "-pf" #PF, 0, run_v2<4, NT, MINB, PF, type>, NT})
+    // the product's choices: 2 tiles of 4 blocks an SM (Q6_K with a prefetch), 4 tiles of 3 blocks
+    // an SM with a prefetch; and 4 tiles of 4 blocks an SM, at 128 registers
+    V2(2, 4, 0); V2(2, 4, 1); V2(4, 3, 1); V2(4, 4, 1);
+    v.push_back({"compute-nt2", 0, run_compute<2, type>, 2});
+    v.push_back({"compute-nt4", 0, run_compute<4, type>, 4});
+    v.push_back({"read", 0, run_read<type>, 2});
     return v;
 }
 
