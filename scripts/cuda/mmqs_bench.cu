@@ -89,7 +89,7 @@ static void run_v1(const char * x, const char * y, float * d, int m, int k, int 
 // groups of 16 columns in the activations' layout for n columns: v1 one per 16 columns; v2 a multiple
 // of nt/2 (a pass of nt tiles reads whole groups)
 static int layout_groups(int n, int nt) {
-    return ((n + 15)/16 + nt/2 - 1)/(nt/2)*(nt/2);
+    return nt == 3 ? (n + 15)/16 : ((n + 15)/16 + nt/2 - 1)/(nt/2)*(nt/2);
 }
 
 template <int NWARPS, int NT, int MINB, int PF, ggml_type type>
@@ -126,7 +126,7 @@ static void run_read(const char * x, const char * y, float * d, int m, int k, in
     read_matrix<<<132*8, 256, 0, st>>>((const uint4 *) x, bytes/16, d);
 }
 
-struct variant { std::string name; int ntt; launcher fn; int nt; }; // nt: v2's tiles a pass (the layout's groups, a multiple of nt/2)
+struct variant { std::string name; int ntt; launcher fn; int nt; int maxn = 64; }; // nt: v2's tiles a pass (the layout's groups, a multiple of nt/2); maxn: its most columns
 
 // ntt: the v1 kernel's tiles (2 per group), 0: any column count
 template <ggml_type type>
@@ -138,6 +138,8 @@ static std::vector<variant> variants() {
     // the product's choices: 2 tiles of 4 blocks an SM (Q6_K with a prefetch), 4 tiles of 3 blocks
     // an SM with a prefetch; and 4 tiles of 4 blocks an SM, at 128 registers
     V2(2, 4, 0); V2(2, 4, 1); V2(4, 3, 1); V2(4, 4, 1);
+    // 3 tiles: one pass only (a pass starts at an even tile), 17-24 columns in the product
+    v.push_back({"v2-nt3-b3-pf1", 0, run_v2<4, 3, 3, 1, type>, 3, 24});
     v.push_back({"compute-nt2", 0, run_compute<2, type>, 2});
     v.push_back({"compute-nt4", 0, run_compute<4, type>, 4});
     v.push_back({"read", 0, run_read<type>, 2});
@@ -151,7 +153,7 @@ int main(int argc, char ** argv) {
         { GGML_TYPE_Q4_K, 17408, 5120 }, { GGML_TYPE_Q4_K, 5120, 17408 }, { GGML_TYPE_Q6_K, 5120, 17408 },
         { GGML_TYPE_Q4_K, 10240, 5120 },
     };
-    const int ns[] = { 1, 8, 16, 17, 23, 32, 40, 48, 64 };
+    const int ns[] = { 1, 8, 16, 17, 23, 24, 32, 40, 48, 64 };
     cudaStream_t st;
     CK(cudaStreamCreate(&st));
     cudaEvent_t e0, e1;
@@ -182,7 +184,7 @@ int main(int argc, char ** argv) {
             std::vector<float> out_v1;
             const auto vs = p.type == GGML_TYPE_Q6_K ? variants<GGML_TYPE_Q6_K>() : variants<GGML_TYPE_Q4_K>();
             for (const variant & v : vs) {
-                if (v.ntt != 0 && v.ntt != 2*ng) continue;
+                if ((v.ntt != 0 && v.ntt != 2*ng) || n > v.maxn) continue;
                 quantize_q8_1_small<<<dim3(p.k/QK_K, layout_groups(n, v.nt)*MMQS_COLS), WARP_SIZE, 0, st>>>(dyf, dyq, n, p.k);
                 CK(cudaMemset(dd, 0, (size_t) p.m*n*sizeof(float)));
                 v.fn(dx, dyq, dd, p.m, p.k, n, st);
