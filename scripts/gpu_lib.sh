@@ -80,14 +80,15 @@ gpu_prepare() {
     cp vendor/build/cuda/buun-build.json "$RES/"
 }
 
-# gpu_prepare for a session with little device time left: llama-server and llama-bench only (and
-# the targets named: gpu_prepare_lean [TARGET...]), and without GGML_CUDA_FA_ALL_QUANTS (its
+# gpu_prepare for a session with little device time left: llama-server, llama-bench and
+# llama-speculative-simple (the harness runs it) only (and the targets named: gpu_prepare_lean
+# [TARGET...]), and without GGML_CUDA_FA_ALL_QUANTS (its
 # kernels serve quantized KV caches; the benches' is f16, so they run the same kernels); buun's
 # stages find them through BUUN_LLAMA_BIN_DIR
 gpu_prepare_lean() {
     gpu_build_synth 900 bash -c "cmake -S vendor/llama.cpp -B vendor/build/cuda $CUDA_CMAKE -DGGML_CUDA_FA_ALL_QUANTS=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF > /dev/null \
-        && cmake --build vendor/build/cuda -j 16 --target llama-server llama-bench $*"
+        && cmake --build vendor/build/cuda -j 16 --target llama-server llama-bench llama-speculative-simple $*"
     export BUUN_LLAMA_BIN_DIR=$BIN
 }
 
