@@ -82,9 +82,8 @@ gpu_prepare() {
 
 # gpu_prepare for a session with little device time left: llama-server, llama-bench and
 # llama-speculative-simple (the harness runs it) only (and the targets named: gpu_prepare_lean
-# [TARGET...]), and without GGML_CUDA_FA_ALL_QUANTS (its
-# kernels serve quantized KV caches; the benches' is f16, so they run the same kernels); buun's
-# stages find them through BUUN_LLAMA_BIN_DIR
+# [TARGET...]), and without GGML_CUDA_FA_ALL_QUANTS (its kernels serve quantized KV caches; the
+# benches' is f16, so they run the same kernels); buun's stages find them through BUUN_LLAMA_BIN_DIR
 gpu_prepare_lean() {
     gpu_build_synth 900 bash -c "cmake -S vendor/llama.cpp -B vendor/build/cuda $CUDA_CMAKE -DGGML_CUDA_FA_ALL_QUANTS=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF > /dev/null \

@@ -99,10 +99,10 @@ static void run_v2(const char * x, const char * y, float * d, int m, int k, int 
     mul_mat_k_small2<NWARPS, NT, MINB, PF, type><<<(m + 15)/16*npass, dim3(WARP_SIZE, NWARPS), 0, st>>>(x, y, d, ng, npass, k/QK_K, m, k/QK_K, n, m);
 }
 
-
 // Bounds, not products (their max_err_ref means nothing): "compute" is version 2 with every block
 // reading the first row tile (its weights stay in L1/L2: the kernel's time without DRAM), "read" a
-// plain read of the matrix (16 bytes a load, the time DRAM alone takes).
+// plain read of the matrix (16 bytes a load, the time DRAM alone takes), "read-tiles" version 2's
+// own loads of the weights (its tiles, warps and loaders) with no work on them.
 template <int NT, ggml_type type>
 static void run_compute(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
     const int ng = layout_groups(n, NT);
@@ -120,10 +120,58 @@ static __global__ void read_matrix(const uint4 * x, const size_t n, float * d) {
     }
 }
 template <ggml_type type>
+static __global__ void read_tiles(const char * vx, const int nsb, const int nrows_x, const int64_t stride_row_x, float * d) {
+    const int lane = threadIdx.x;
+    const int warp = threadIdx.y;
+    const int t    = lane % 4;
+    const int row0 = blockIdx.x * 16;
+    constexpr size_t block_size = type == GGML_TYPE_Q6_K ? sizeof(block_q6_K) : sizeof(block_q4_K);
+    const char * x[2];
+    for (int h = 0; h < 2; ++h) {
+        x[h] = vx + min(row0 + 8*h + lane/4, nrows_x - 1)*stride_row_x*block_size;
+    }
+    uint32_t v = 0;
+    for (int kb = warp; kb < nsb; kb += 4) {
+        if constexpr (type == GGML_TYPE_Q6_K) {
+            mmqs2_q6_K_w w;
+            mmqs2_load_q6_K(x, kb, t, w);
+            for (int h = 0; h < 2; ++h) {
+                for (int c = 0; c < 4; ++c) v ^= w.ql[h][c].x ^ w.ql[h][c].y;
+                for (int c = 0; c < 2; ++c) v ^= w.qh[h][c].x ^ w.qh[h][c].y ^ w.sc[h][c].x ^ w.sc[h][c].y;
+                v ^= __float_as_uint(w.d[h]);
+            }
+        } else {
+            mmqs2_q4_K_w w;
+            mmqs2_load_q4_K<type>(x, kb, t, w);
+            for (int h = 0; h < 2; ++h) {
+                v ^= w.head[h].x ^ w.head[h].y ^ w.head[h].z ^ w.head[h].w;
+                for (int c = 0; c < 4; ++c) v ^= w.qs[h][c].x ^ w.qs[h][c].y;
+            }
+        }
+    }
+    if (v == 0x12345678u) {
+        d[0] = (float) v;
+    }
+}
+// LIMIT: 48 KiB of (unused) shared memory a block, so that 4 blocks share an H200's SM as those of
+// version 2 at 2 tiles do (else the loads alone fill the SM with warps)
+template <ggml_type type, bool LIMIT>
+static void run_read_tiles(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
+    GGML_UNUSED(y); GGML_UNUSED(n);
+    read_tiles<type><<<(m + 15)/16, dim3(WARP_SIZE, 4), LIMIT ? 48*1024 : 0, st>>>(x, k/QK_K, m, k/QK_K, d);
+}
+template <ggml_type type>
 static void run_read(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
     GGML_UNUSED(y); GGML_UNUSED(n);
     const size_t bytes = (size_t) m*(k/QK_K)*(type == GGML_TYPE_Q6_K ? sizeof(block_q6_K) : sizeof(block_q4_K));
-    read_matrix<<<132*8, 256, 0, st>>>((const uint4 *) x, bytes/16, d);
+    static const int nsm = [] {
+        int dev = 0;
+        int n   = 0;
+        CK(cudaGetDevice(&dev));
+        CK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+        return n;
+    }();
+    read_matrix<<<nsm*8, 256, 0, st>>>((const uint4 *) x, bytes/16, d);
 }
 
 struct variant { std::string name; int ntt; launcher fn; int nt; int maxn = 64; }; // nt: v2's tiles a pass (the layout's groups, a multiple of nt/2); maxn: its most columns
@@ -143,6 +191,8 @@ static std::vector<variant> variants() {
     v.push_back({"compute-nt2", 0, run_compute<2, type>, 2});
     v.push_back({"compute-nt4", 0, run_compute<4, type>, 4});
     v.push_back({"read", 0, run_read<type>, 2});
+    v.push_back({"read-tiles", 0, run_read_tiles<type, false>, 2});
+    v.push_back({"read-tiles-4", 0, run_read_tiles<type, true>, 2});
     return v;
 }
 
