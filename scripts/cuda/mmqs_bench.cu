@@ -57,9 +57,14 @@ static void reference(ggml_type type, const std::vector<uint8_t> & x, const std:
     }
 }
 
+// bytes of a block of 256 weights (the bench's Q4_K and Q6_K)
+static constexpr __host__ __device__ size_t block_bytes(ggml_type type) {
+    return type == GGML_TYPE_Q6_K ? sizeof(block_q6_K) : sizeof(block_q4_K);
+}
+
 struct problem {
     ggml_type type; int m, k;
-    size_t bs() const { return type == GGML_TYPE_Q6_K ? sizeof(block_q6_K) : sizeof(block_q4_K); }
+    size_t bs() const { return block_bytes(type); }
     size_t bytes() const { return (size_t) m*(k/QK_K)*bs(); }
 };
 
@@ -87,16 +92,21 @@ static void run_v1(const char * x, const char * y, float * d, int m, int k, int 
     mul_mat_k_small<NWARPS, NG, true, type><<<(m + 15)/16, dim3(WARP_SIZE, NWARPS), 0, st>>>(x, y, d, k/QK_K, m, k/QK_K, n, m);
 }
 // groups of 16 columns in the activations' layout for n columns: v1 one per 16 columns; v2 a multiple
-// of nt/2 (a pass of nt tiles reads whole groups)
+// of nt/2 (a pass of nt tiles reads whole groups), one per 16 columns with 3 tiles (one pass only)
 static int layout_groups(int n, int nt) {
     return nt == 3 ? (n + 15)/16 : ((n + 15)/16 + nt/2 - 1)/(nt/2)*(nt/2);
 }
 
+// version 2 over m rows, its weights' addresses clamped to the first mx rows (mx = m: the product)
 template <int NWARPS, int NT, int MINB, int PF, ggml_type type>
-static void run_v2(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
+static void launch_v2(const char * x, const char * y, float * d, int m, int mx, int k, int n, cudaStream_t st) {
     const int ng = layout_groups(n, NT);
     const int npass = (n + 8*NT - 1)/(8*NT);
-    mul_mat_k_small2<NWARPS, NT, MINB, PF, type><<<(m + 15)/16*npass, dim3(WARP_SIZE, NWARPS), 0, st>>>(x, y, d, ng, npass, k/QK_K, m, k/QK_K, n, m);
+    mul_mat_k_small2<NWARPS, NT, MINB, PF, type><<<(m + 15)/16*npass, dim3(WARP_SIZE, NWARPS), 0, st>>>(x, y, d, ng, npass, k/QK_K, mx, k/QK_K, n, m);
+}
+template <int NWARPS, int NT, int MINB, int PF, ggml_type type>
+static void run_v2(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
+    launch_v2<NWARPS, NT, MINB, PF, type>(x, y, d, m, m, k, n, st);
 }
 
 // Bounds, not products (their max_err_ref means nothing): "compute" is version 2 with every block
@@ -105,9 +115,7 @@ static void run_v2(const char * x, const char * y, float * d, int m, int k, int 
 // own loads of the weights (its tiles, warps and loaders) with no work on them.
 template <int NT, ggml_type type>
 static void run_compute(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
-    const int ng = layout_groups(n, NT);
-    const int npass = (n + 8*NT - 1)/(8*NT);
-    mul_mat_k_small2<4, NT, NT == 4 ? 3 : 4, 0, type><<<(m + 15)/16*npass, dim3(WARP_SIZE, 4), 0, st>>>(x, y, d, ng, npass, k/QK_K, 16, k/QK_K, n, m);
+    launch_v2<4, NT, NT == 4 ? 3 : 4, 0, type>(x, y, d, m, 16, k, n, st);
 }
 static __global__ void read_matrix(const uint4 * x, const size_t n, float * d) {
     uint32_t v = 0;
@@ -125,10 +133,9 @@ static __global__ void read_tiles(const char * vx, const int nsb, const int nrow
     const int warp = threadIdx.y;
     const int t    = lane % 4;
     const int row0 = blockIdx.x * 16;
-    constexpr size_t block_size = type == GGML_TYPE_Q6_K ? sizeof(block_q6_K) : sizeof(block_q4_K);
     const char * x[2];
     for (int h = 0; h < 2; ++h) {
-        x[h] = vx + min(row0 + 8*h + lane/4, nrows_x - 1)*stride_row_x*block_size;
+        x[h] = vx + min(row0 + 8*h + lane/4, nrows_x - 1)*stride_row_x*block_bytes(type);
     }
     uint32_t v = 0;
     for (int kb = warp; kb < nsb; kb += 4) {
@@ -163,7 +170,7 @@ static void run_read_tiles(const char * x, const char * y, float * d, int m, int
 template <ggml_type type>
 static void run_read(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
     GGML_UNUSED(y); GGML_UNUSED(n);
-    const size_t bytes = (size_t) m*(k/QK_K)*(type == GGML_TYPE_Q6_K ? sizeof(block_q6_K) : sizeof(block_q4_K));
+    const size_t bytes = (size_t) m*(k/QK_K)*block_bytes(type);
     static const int nsm = [] {
         int dev = 0;
         int n   = 0;
