@@ -98,15 +98,15 @@ static int layout_groups(int n, int nt) {
 }
 
 // version 2 over m rows, its weights' addresses clamped to the first mx rows (mx = m: the product)
-template <int NWARPS, int NT, int MINB, int PF, ggml_type type>
+template <int NWARPS, int NT, int MINB, int PF, int LD, ggml_type type>
 static void launch_v2(const char * x, const char * y, float * d, int m, int mx, int k, int n, cudaStream_t st) {
     const int ng = layout_groups(n, NT);
     const int npass = (n + 8*NT - 1)/(8*NT);
-    mul_mat_k_small2<NWARPS, NT, MINB, PF, type><<<(m + 15)/16*npass, dim3(WARP_SIZE, NWARPS), 0, st>>>(x, y, d, ng, npass, k/QK_K, mx, k/QK_K, n, m);
+    mul_mat_k_small2<NWARPS, NT, MINB, PF, LD, type><<<(m + 15)/16*npass, dim3(WARP_SIZE, NWARPS), 0, st>>>(x, y, d, ng, npass, k/QK_K, mx, k/QK_K, n, m);
 }
-template <int NWARPS, int NT, int MINB, int PF, ggml_type type>
+template <int NWARPS, int NT, int MINB, int PF, int LD, ggml_type type>
 static void run_v2(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
-    launch_v2<NWARPS, NT, MINB, PF, type>(x, y, d, m, m, k, n, st);
+    launch_v2<NWARPS, NT, MINB, PF, LD, type>(x, y, d, m, m, k, n, st);
 }
 
 // Bounds, not products (their max_err_ref means nothing): "compute" is version 2 with every block
@@ -115,7 +115,7 @@ static void run_v2(const char * x, const char * y, float * d, int m, int k, int 
 // own loads of the weights (its tiles, warps and loaders) with no work on them.
 template <int NT, ggml_type type>
 static void run_compute(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
-    launch_v2<4, NT, NT == 4 ? 3 : 4, 0, type>(x, y, d, m, 16, k, n, st);
+    launch_v2<4, NT, NT == 4 ? 3 : 4, 0, 0, type>(x, y, d, m, 16, k, n, st);
 }
 static __global__ void read_matrix(const uint4 * x, const size_t n, float * d) {
     uint32_t v = 0;
@@ -127,7 +127,7 @@ static __global__ void read_matrix(const uint4 * x, const size_t n, float * d) {
         d[0] = (float) v;
     }
 }
-template <ggml_type type>
+template <int LD, ggml_type type>
 static __global__ void read_tiles(const char * vx, const int nsb, const int nrows_x, const int64_t stride_row_x, float * d) {
     const int lane = threadIdx.x;
     const int warp = threadIdx.y;
@@ -141,7 +141,7 @@ static __global__ void read_tiles(const char * vx, const int nsb, const int nrow
     for (int kb = warp; kb < nsb; kb += 4) {
         if constexpr (type == GGML_TYPE_Q6_K) {
             mmqs2_q6_K_w w;
-            mmqs2_load_q6_K(x, kb, t, w);
+            mmqs2_load_q6_K<LD>(x, kb, t, w);
             for (int h = 0; h < 2; ++h) {
                 for (int c = 0; c < 4; ++c) v ^= w.ql[h][c].x ^ w.ql[h][c].y;
                 for (int c = 0; c < 2; ++c) v ^= w.qh[h][c].x ^ w.qh[h][c].y ^ w.sc[h][c].x ^ w.sc[h][c].y;
@@ -149,7 +149,7 @@ static __global__ void read_tiles(const char * vx, const int nsb, const int nrow
             }
         } else {
             mmqs2_q4_K_w w;
-            mmqs2_load_q4_K<type>(x, kb, t, w);
+            mmqs2_load_q4_K<LD, type>(x, kb, t, w);
             for (int h = 0; h < 2; ++h) {
                 v ^= w.head[h].x ^ w.head[h].y ^ w.head[h].z ^ w.head[h].w;
                 for (int c = 0; c < 4; ++c) v ^= w.qs[h][c].x ^ w.qs[h][c].y;
@@ -162,10 +162,10 @@ static __global__ void read_tiles(const char * vx, const int nsb, const int nrow
 }
 // LIMIT: 48 KiB of (unused) shared memory a block, so that 4 blocks share an H200's SM as those of
 // version 2 at 2 tiles do (else the loads alone fill the SM with warps)
-template <ggml_type type, bool LIMIT>
+template <ggml_type type, bool LIMIT, int LD = 0>
 static void run_read_tiles(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
     GGML_UNUSED(y); GGML_UNUSED(n);
-    read_tiles<type><<<(m + 15)/16, dim3(WARP_SIZE, 4), LIMIT ? 48*1024 : 0, st>>>(x, k/QK_K, m, k/QK_K, d);
+    read_tiles<LD, type><<<(m + 15)/16, dim3(WARP_SIZE, 4), LIMIT ? 48*1024 : 0, st>>>(x, k/QK_K, m, k/QK_K, d);
 }
 template <ggml_type type>
 static void run_read(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
@@ -189,17 +189,22 @@ static std::vector<variant> variants() {
     std::vector<variant> v;
     v.push_back({"v1", 2, run_v1<4, 1, type>, 2});
     v.push_back({"v1", 4, run_v1<4, 2, type>, 2});
-#define V2(NT, MINB, PF) v.push_back({"v2-nt" #NT "-b" #MINB "-pf" #PF, 0, run_v2<4, NT, MINB, PF, type>, NT})
-    // the product's choices: 2 tiles of 4 blocks an SM (Q6_K with a prefetch), 4 tiles of 3 blocks
-    // an SM with a prefetch; and 4 tiles of 4 blocks an SM, at 128 registers
-    V2(2, 4, 0); V2(2, 4, 1); V2(4, 3, 1); V2(4, 4, 1);
-    // 3 tiles: one pass only (a pass starts at an even tile), 17-24 columns in the product
-    v.push_back({"v2-nt3-b3-pf1", 0, run_v2<4, 3, 3, 1, type>, 3, 24});
+#define V2(NT, MINB, PF, LD) v.push_back({"v2-nt" #NT "-b" #MINB "-pf" #PF "-ld" #LD, 0, run_v2<4, NT, MINB, PF, LD, type>, NT, NT == 3 ? 24 : 64})
+    // the product's choices before 0042: 2 tiles of 4 blocks an SM (Q6_K with a prefetch), 3 tiles
+    // (17-24 columns, one pass: a pass starts at an even tile) and 4 tiles of 3 blocks an SM with a
+    // prefetch; and 4 tiles of 4 blocks an SM, at 128 registers
+    V2(2, 4, 0, 0); V2(2, 4, 1, 0); V2(3, 3, 1, 0); V2(4, 3, 1, 0); V2(4, 4, 1, 0);
+    // the weights' loads of mmqs_ldw: LD 1 (evict first from L1, 256-byte L2 fetches; without the
+    // prefetch, the product's since 0042), LD 2 (128-byte L2 fetches), with and without the prefetch
+    V2(2, 4, 0, 1); V2(2, 4, 1, 1); V2(2, 4, 0, 2);
+    V2(3, 3, 0, 1); V2(3, 3, 1, 1); V2(3, 3, 0, 2); V2(3, 3, 1, 2);
+    V2(4, 3, 0, 1); V2(4, 3, 1, 1); V2(4, 3, 1, 2);
     v.push_back({"compute-nt2", 0, run_compute<2, type>, 2});
     v.push_back({"compute-nt4", 0, run_compute<4, type>, 4});
     v.push_back({"read", 0, run_read<type>, 2});
     v.push_back({"read-tiles", 0, run_read_tiles<type, false>, 2});
     v.push_back({"read-tiles-4", 0, run_read_tiles<type, true>, 2});
+    v.push_back({"read-tiles-ld1", 0, run_read_tiles<type, false, 1>, 2});
     return v;
 }
 
