@@ -26,6 +26,9 @@ export PYTHONPATH=/tmp/site:$R PYTHONUNBUFFERED=1
 export BUUN_MODELS_DIR=$W/models BUUN_DATA_DIR=$W/data BUUN_STATE_DIR=$W/state BUUN_CACHE_DIR=$W/cache
 BUUN="python3 -m buun_tool"
 BIN=$R/vendor/build/cuda/bin
+# a lean build (gpu_prepare_lean) has no stamp of `buun build`: a later call of the driver on the same
+# machine finds its binaries by their folder
+[ -f vendor/build/cuda/buun-build.json ] || [ ! -x "$BIN/llama-server" ] || export BUUN_LLAMA_BIN_DIR=$BIN
 NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)  # Nsight Compute, for kernel timings
 
 # the machine's CUDA arch as the build module detects it (what `buun build --cuda` picks: "90" on an

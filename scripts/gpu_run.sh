@@ -52,7 +52,7 @@
 #                GPU_VARIANTS="all|;rows0|LLAMA_SAMPLER_ROWS=0"; the profiles alone with
 #                GPU_VARIANTS_NO_BENCH=1
 #   tree-sweep   `buun bench --tree-budget 16,22,32` (the chain added) under the calibrated tree
-#                profile, with the step profile
+#                profile, with the step profile (GPU_TREE_BUDGETS=15,16,22,32: other budgets)
 #   tree-sweep-il  the same with GGML_CUDA_MMQS_INTERLEAVE=1 (0031's variant)
 #   fit          `buun fit --measure` of AR, of the recipe's DFlash, of it with the drafter's context
 #                as -c (upstream's, --ctx-draft 0), and the fit on a 24 GiB card
@@ -216,7 +216,7 @@ part_variants() {
 }
 
 part_tree_sweep() {
-    step tree-sweep 600 env LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" --no-ar --tree-budget 16,22,32 \
+    step tree-sweep 600 env LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" --no-ar --tree-budget "${GPU_TREE_BUDGETS:-16,22,32}" \
         --prompts 2 --n-predict 512 --out "$RES/tree-sweep"
 }
 
