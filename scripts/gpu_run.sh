@@ -32,7 +32,7 @@
 #   tree-ops     test-tree-ssm (0025's ops: every node against the chain op over its path, against
 #                the CPU, a planted off-by-one parent) and test-backend-ops' check of both tree ops
 #                and of the chain ops beside them, with their timings at the 27B's shapes (a chain
-#                of 16 against trees of 16, 23 and 32 tokens)
+#                of 16 against trees of 16, 23 and 32 tokens; the short conv's with 0043 off and on)
 #   ampere       test-tree-ssm and test-backend-ops' check of those ops, built again for Ampere's
 #                compute_86 as PTX only (the driver compiles it for this card at load, so the
 #                Ampere path of the kernels runs here); a second CUDA build, ~10 min
@@ -131,8 +131,12 @@ part_tree_ops() {
     for op in GATED_DELTA_NET GATED_DELTA_NET_TREE; do
         gpu_tbo "perf-$op" "" perf -o "$op" -p "head_count=16,head_size=128"
     done
-    for op in SSM_CONV SSM_CONV_TREE; do
-        gpu_tbo "perf-$op" "" perf -o "$op" -p "10240"
+    # the short conv's timings with 0043 off and on
+    local v
+    for v in 0 1; do
+        for op in SSM_CONV SSM_CONV_TREE; do
+            gpu_tbo "perf-$op-short$v" "GGML_CUDA_SSM_CONV_SHORT=$v" perf -o "$op" -p "10240"
+        done
     done
 }
 

@@ -199,6 +199,10 @@ static std::vector<variant> variants() {
     V2(2, 4, 0, 1); V2(2, 4, 1, 1); V2(2, 4, 0, 2);
     V2(3, 3, 0, 1); V2(3, 3, 1, 1); V2(3, 3, 0, 2); V2(3, 3, 1, 2);
     V2(4, 3, 0, 1); V2(4, 3, 1, 1); V2(4, 3, 1, 2);
+    // an experiment's variants, from the folder of GPU_MMQS_SRC (its kernel beside the product's)
+#if __has_include("mmqs_bench_extra.h")
+#include "mmqs_bench_extra.h"
+#endif
     v.push_back({"compute-nt2", 0, run_compute<2, type>, 2});
     v.push_back({"compute-nt4", 0, run_compute<4, type>, 4});
     v.push_back({"read", 0, run_read<type>, 2});
