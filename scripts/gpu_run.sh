@@ -25,6 +25,10 @@
 #   mmqs-bench-86  the same built for Ampere's compute_86 as PTX only (the driver compiles it for
 #                this card at load, so the code a 3090 gets runs here; its timings are not this
 #                card's own code's)
+#   gdn-bench    the gated delta net's kernel on its own (scripts/cuda/gdn_bench.cu): its time per
+#                launch for a chain and a tree of 1-32 tokens at the 27B's shapes, twice; with
+#                GPU_GDN_SRC (a folder holding a variant's gated_delta_net.cu) the variant's too, and
+#                whether its outputs equal the series' to the bit
 #   tbo-mmqs2    test-backend-ops: version 2 of the small-batch kernel (0039), its MUL_MAT cases of
 #                1-64 columns and the shared quantizations against the CPU, and its timings at the
 #                27B's FFN shapes (16, 23, 32 and 64 columns) beside the first version's
@@ -97,6 +101,32 @@ mmqs_bench() {
         scripts/cuda/mmqs_bench.cu -o "$W/$name" -Xlinker --unresolved-symbols=ignore-all -Xptxas -v || return 1
     step "$name" 600 "$W/$name"
     cp "$RES/$name.log" "$RES/$name.txt"  # the poll's partial results take .txt
+}
+
+# gdn_bench NAME [-I VARIANT]: the delta net's kernel bench built for this card (a variant's
+# gated_delta_net.cu first where given), run twice: its CSVs in $RES/NAME-1.txt, NAME-2.txt, its
+# outputs in $W/NAME.bin
+gdn_bench() {
+    local name=$1 g=vendor/llama.cpp/ggml i
+    shift
+    step "$name-build" 300 nvcc -O3 -std=c++17 -arch="sm_$CUDA_ARCH" "$@" -I$g/include -I$g/src -I$g/src/ggml-cuda \
+        scripts/cuda/gdn_bench.cu -o "$W/$name" -Xlinker --unresolved-symbols=ignore-all -Xptxas -v || return 1
+    for i in 1 2; do
+        step "$name-$i" 300 "$W/$name" "$W/$name.bin" || return 1
+        cp "$RES/$name-$i.log" "$RES/$name-$i.txt"
+    done
+}
+
+part_gdn_bench() {
+    [ -d vendor/llama.cpp/ggml ] || gpu_vendor
+    gdn_bench gdn-bench || return 1
+    [ -n "${GPU_GDN_SRC:-}" ] || return 0
+    gdn_bench gdn-bench-variant -I "$GPU_GDN_SRC" || return 1
+    if cmp -s "$W/gdn-bench.bin" "$W/gdn-bench-variant.bin"; then
+        log "gdn-bench: the variant's outputs equal the series' to the bit"
+    else
+        log "gdn-bench: the variant's outputs differ from the series'"
+    fi
 }
 
 part_mmqs_bench() {
