@@ -96,10 +96,17 @@ gpu_prepare_lean() {
 
 BENCH=(--scale full --suite code --mode raw)  # `buun bench` on the synthetic pair, the code prompts
 
-# test-backend-ops and test-tree-ssm added to the CUDA build of gpu_prepare (only the tests' objects compile)
+# gpu_tests_build NAME TARGET...: test targets added to the CUDA build of gpu_prepare or
+# gpu_prepare_lean (only the tests' objects compile)
+gpu_tests_build() {
+    local name=$1
+    shift
+    step "$name" 900 bash -c "cmake -S vendor/llama.cpp -B vendor/build/cuda -DLLAMA_BUILD_TESTS=ON > /dev/null \
+        && cmake --build vendor/build/cuda -j 16 --target $*"
+}
+
 gpu_tbo_build() {
-    step tbo-build 900 bash -c "cmake -S vendor/llama.cpp -B vendor/build/cuda -DLLAMA_BUILD_TESTS=ON > /dev/null \
-        && cmake --build vendor/build/cuda -j 16 --target test-backend-ops test-tree-ssm"
+    gpu_tests_build tbo-build test-backend-ops test-tree-ssm
 }
 
 # a test-backend-ops run on the CUDA device in the environment given, its verdict (test) or its

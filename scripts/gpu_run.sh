@@ -198,8 +198,7 @@ part_correctness() {
 part_tree_decode() {
     local tiny
     if [ ! -x "$BIN/test-tree-decode" ]; then  # a lean build has only the server's targets
-        step tree-decode-build 900 bash -c "cmake -S vendor/llama.cpp -B vendor/build/cuda -DLLAMA_BUILD_TESTS=ON \
-            > /dev/null && cmake --build vendor/build/cuda -j 16 --target test-tree-decode"
+        gpu_tests_build tree-decode-build test-tree-decode
     fi
     tiny=$(python3 -c "from pathlib import Path; from buun_tool import recipes, synth
 print(synth.write_pair(recipes.load(), Path('$W/tiny-f32'), scale='tiny', seed=0, target_type='f32', draft_type='f32')[0])")

@@ -14,7 +14,7 @@
 #include <random>
 #include <vector>
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+#include "bench_timer.cuh"
 
 static constexpr int S_V = 128, H = 48, H_QK = 16;
 
@@ -55,11 +55,8 @@ int main(int argc, char ** argv) {
         perror(argv[1]);
         return 1;
     }
-    cudaStream_t stream;
-    CK(cudaStreamCreate(&stream));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    launch_timer timer;
+    cudaStream_t stream = timer.stream;
     printf("form,n_tokens,us\n");
     for (const int tree : {0, 1}) {
         for (const int n : {1, 2, 8, 16, 17, 23, 24, 32}) {
@@ -102,16 +99,9 @@ int main(int argc, char ** argv) {
                 run();
             }
             CK(cudaStreamSynchronize(stream));
-            CK(cudaEventRecord(e0, stream));
-            for (int i = 0; i < iters; ++i) {
-                run();
-            }
-            CK(cudaEventRecord(e1, stream));
-            CK(cudaEventSynchronize(e1));
+            const float us = timer.us(iters, [&](int) { run(); });
             CK(cudaGetLastError());
-            float ms = 0.0f;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            printf("%s,%d,%.2f\n", tree ? "tree" : "chain", n, 1000.0f * ms / iters);
+            printf("%s,%d,%.2f\n", tree ? "tree" : "chain", n, us);
             std::vector<float> hd(n_dst);
             CK(cudaMemcpy(hd.data(), dst, n_dst * sizeof(float), cudaMemcpyDeviceToHost));
             fwrite(hd.data(), sizeof(float), hd.size(), out);

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+#include "bench_timer.cuh"
 
 // dst[col*m + row] = sum_k dequant(x[row]) . y[col] in double, from the blocks as ggml lays them out
 static void reference(ggml_type type, const std::vector<uint8_t> & x, const std::vector<float> & y, int m, int k, int n,
@@ -220,11 +220,8 @@ int main(int argc, char ** argv) {
         { GGML_TYPE_Q4_K, 10240, 5120 },
     };
     const int ns[] = { 1, 8, 16, 17, 23, 24, 32, 40, 48, 64 };
-    cudaStream_t st;
-    CK(cudaStreamCreate(&st));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    launch_timer timer;
+    cudaStream_t st = timer.stream;
     printf("type,m,k,n,variant,us,max_err_ref,max_diff_v1\n");
     for (const problem & p : probs) {
         const std::vector<uint8_t> hx = random_matrix(p, rng);
@@ -266,15 +263,12 @@ int main(int argc, char ** argv) {
                 if (v.name == "v1") out_v1 = out;
                 else if (!out_v1.empty()) for (size_t i = 0; i < out.size(); ++i) diff = std::max(diff, (double) fabsf(out[i] - out_v1[i]));
                 for (int i = 0; i < 3; ++i) v.fn(dx + (size_t) (i % ncopies)*p.bytes(), dyq, dd, p.m, p.k, n, st);
-                CK(cudaEventRecord(e0, st));
-                for (int i = 0; i < iters; ++i) v.fn(dx + (size_t) (i % ncopies)*p.bytes(), dyq, dd, p.m, p.k, n, st);
-                CK(cudaEventRecord(e1, st));
-                CK(cudaEventSynchronize(e1));
-                float ms;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
+                const float us = timer.us(iters, [&](int i) {
+                    v.fn(dx + (size_t) (i % ncopies)*p.bytes(), dyq, dd, p.m, p.k, n, st);
+                });
                 // max_diff_v1 is empty where the first version does not run (past 32 columns)
                 const std::string vs1 = out_v1.empty() ? "" : v.name == "v1" ? "0" : std::to_string(diff);
-                printf("%s,%d,%d,%d,%s,%.2f,%.3g,%s\n", p.type == GGML_TYPE_Q6_K ? "q6_K" : "q4_K", p.m, p.k, n, v.name.c_str(), 1000*ms/iters,
+                printf("%s,%d,%d,%d,%s,%.2f,%.3g,%s\n", p.type == GGML_TYPE_Q6_K ? "q6_K" : "q4_K", p.m, p.k, n, v.name.c_str(), us,
                     err/std::max(scale, 1e-30), vs1.c_str());
                 fflush(stdout);
             }
