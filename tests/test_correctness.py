@@ -601,6 +601,34 @@ def test_device_features_draft_as_host_features(llama_bin: Path, tiny_pair_f32: 
     assert runs["1"] == runs["0"], "the draft's candidates differ between device and host features"
 
 
+@slow
+def test_a_trees_path_reaches_the_drafter_as_through_the_host(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
+                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patch 0045: a tree step gives the drafter its accepted path's features in one decode, their
+    rows gathered on the device and padded to the chain's injection at positions past the path,
+    which the step then clears. The drafter's candidates and the tokens must be those of the path
+    through the host (LLAMA_DFLASH_DEVICE_FEATURES=0), also where paths left the top-1 chain, and
+    from the device the injection's graph is built once a task (after the prompt's injection, a
+    graph of its own), not again for each path of another length or with a branch."""
+    monkeypatch.setenv("LLAMA_TRACE", "1")
+    monkeypatch.setenv("LLAMA_SPEC_PROFILE", "1")
+    args = _dflash_args(tiny_pair_f32, *TREE, "-v")
+    runs = {}
+    for device in ("1", "0"):
+        monkeypatch.setenv("LLAMA_DFLASH_DEVICE_FEATURES", device)
+        log = tmp_path / f"tree-features-{device}.log"
+        with llama_server(llama_bin, args, log) as spec:
+            tokens = [spec.complete(prompt, N_GEN)["tokens"] for prompt in PROMPTS[:2]]
+        text = log.read_text(errors="replace")
+        runs[device] = (DRAFT_LINE.findall(text), tokens)
+        if device == "1":
+            assert _branches_taken(log) > 0, "no step accepted a branch off the top-1 chain"
+            rebuilt = [int(m.group(11)) for m in PROFILE_LINE.finditer(text)]
+            assert rebuilt == [1, 1], f"the path's injection built its graph in {rebuilt} steps of each task"
+    assert len(runs["1"][0]) >= 3 * N_GEN, f"only {len(runs['1'][0])} draft candidates logged"
+    assert runs["1"] == runs["0"], "the draft's candidates differ between device and host features of a tree's path"
+
+
 PROFILE_LINE = re.compile(r"spec profile: steps=(\d+) ms/step:((?: \w+=[\d.]+)+) total=([\d.]+) "
                           r"rows/step=([\d.]+) accept/row=([\d.]+) rebuilt=(\d+) verify/rebuilt=([\d.]+) "
                           r"verify/next=([\d.]+) verify/steady=([\d.]+) draft_rebuilt=(\d+) inject_rebuilt=(\d+)")
