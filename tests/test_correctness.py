@@ -607,7 +607,8 @@ def test_a_trees_path_reaches_the_drafter_as_through_the_host(llama_bin: Path, t
     """Patch 0045: a tree step gives the drafter its accepted path's features in one decode, their
     rows gathered on the device and padded to the chain's injection at positions past the path,
     which the step then clears. The drafter's candidates and the tokens must be those of the path
-    through the host (LLAMA_DFLASH_DEVICE_FEATURES=0), also where paths left the top-1 chain, and
+    through the host (LLAMA_DFLASH_DEVICE_FEATURES=0, padded alike: on CUDA a matmul's rows depend
+    on its column count), also where paths left the top-1 chain, and
     from the device the injection's graph is built once a task (after the prompt's injection, a
     graph of its own), not again for each path of another length or with a branch."""
     monkeypatch.setenv("LLAMA_TRACE", "1")
