@@ -576,6 +576,24 @@ def test_state_after_rollbacks_survives_slot_save_and_restore(llama_bin: Path, t
 DRAFT_LINE = re.compile(r"draft candidate +\d+, pos +\d+: +\d+ \( *[-\d.]+\)")
 
 
+def _drafts_by_features(llama_bin: Path, args: list[str], prompts: list[list[int]], tmp_path: Path,
+                        monkeypatch: pytest.MonkeyPatch, name: str) -> dict[str, tuple[list[str], list, Path]]:
+    """The drafter's logged candidates, the generations and the log of one server with the target's
+    features on the device ("1") and of one with them through the host ("0")."""
+    runs = {}
+    for device in ("1", "0"):
+        monkeypatch.setenv("LLAMA_DFLASH_DEVICE_FEATURES", device)
+        log = tmp_path / f"{name}-{device}.log"
+        with llama_server(llama_bin, args, log) as spec:
+            tokens = [spec.complete(prompt, N_GEN)["tokens"] for prompt in prompts]
+        text = log.read_text(errors="replace")
+        assert f"target features of verify batches: {'on the device' if device == '1' else 'through the host'}" in text
+        runs[device] = (DRAFT_LINE.findall(text), tokens, log)
+    candidates = runs["1"][0]
+    assert len(candidates) >= 3 * N_GEN, f"only {len(candidates)} draft candidates logged"
+    return runs
+
+
 @slow
 def test_device_features_draft_as_host_features(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
@@ -586,19 +604,8 @@ def test_device_features_draft_as_host_features(llama_bin: Path, tiny_pair_f32: 
     (LLAMA_DFLASH_DEVICE_FEATURES=0), for a prompt short enough to be captured on the device and
     one that goes through the host."""
     args = _dflash_args(tiny_pair_f32, "--spec-synth-len", "2.5", "-v")
-    prompts = [PROMPTS[0][:12], PROMPTS[1]]
-    runs = {}
-    for device in ("1", "0"):
-        monkeypatch.setenv("LLAMA_DFLASH_DEVICE_FEATURES", device)
-        log = tmp_path / f"features-{device}.log"
-        with llama_server(llama_bin, args, log) as spec:
-            tokens = [spec.complete(prompt, N_GEN)["tokens"] for prompt in prompts]
-        text = log.read_text(errors="replace")
-        assert f"target features of verify batches: {'on the device' if device == '1' else 'through the host'}" in text
-        runs[device] = (DRAFT_LINE.findall(text), tokens)
-    candidates = runs["1"][0]
-    assert len(candidates) >= 3 * N_GEN, f"only {len(candidates)} draft candidates logged"
-    assert runs["1"] == runs["0"], "the draft's candidates differ between device and host features"
+    runs = _drafts_by_features(llama_bin, args, [PROMPTS[0][:12], PROMPTS[1]], tmp_path, monkeypatch, "features")
+    assert runs["1"][:2] == runs["0"][:2], "the draft's candidates differ between device and host features"
 
 
 @slow
@@ -608,26 +615,18 @@ def test_a_trees_path_reaches_the_drafter_as_through_the_host(llama_bin: Path, t
     rows gathered on the device and padded to the chain's injection at positions past the path,
     which the step then clears. The drafter's candidates and the tokens must be those of the path
     through the host (LLAMA_DFLASH_DEVICE_FEATURES=0, padded alike: on CUDA a matmul's rows depend
-    on its column count), also where paths left the top-1 chain, and
-    from the device the injection's graph is built once a task (after the prompt's injection, a
-    graph of its own), not again for each path of another length or with a branch."""
+    on its column count), also where paths left the top-1 chain, and from the device the
+    injection's graph is built once a task (after the prompt's injection, a graph of its own), not
+    again for each path of another length or with a branch."""
     monkeypatch.setenv("LLAMA_TRACE", "1")
     monkeypatch.setenv("LLAMA_SPEC_PROFILE", "1")
     args = _dflash_args(tiny_pair_f32, *TREE, "-v")
-    runs = {}
-    for device in ("1", "0"):
-        monkeypatch.setenv("LLAMA_DFLASH_DEVICE_FEATURES", device)
-        log = tmp_path / f"tree-features-{device}.log"
-        with llama_server(llama_bin, args, log) as spec:
-            tokens = [spec.complete(prompt, N_GEN)["tokens"] for prompt in PROMPTS[:2]]
-        text = log.read_text(errors="replace")
-        runs[device] = (DRAFT_LINE.findall(text), tokens)
-        if device == "1":
-            assert _branches_taken(log) > 0, "no step accepted a branch off the top-1 chain"
-            rebuilt = [int(m.group(11)) for m in PROFILE_LINE.finditer(text)]
-            assert rebuilt == [1, 1], f"the path's injection built its graph in {rebuilt} steps of each task"
-    assert len(runs["1"][0]) >= 3 * N_GEN, f"only {len(runs['1'][0])} draft candidates logged"
-    assert runs["1"] == runs["0"], "the draft's candidates differ between device and host features of a tree's path"
+    runs = _drafts_by_features(llama_bin, args, PROMPTS[:2], tmp_path, monkeypatch, "tree-features")
+    device_log = runs["1"][2]
+    assert _branches_taken(device_log) > 0, "no step accepted a branch off the top-1 chain"
+    rebuilt = [int(m.group(11)) for m in PROFILE_LINE.finditer(device_log.read_text(errors="replace"))]
+    assert rebuilt == [1, 1], f"the path's injection built its graph in {rebuilt} steps of each task"
+    assert runs["1"][:2] == runs["0"][:2], "the draft's candidates of a tree's path differ between device and host"
 
 
 PROFILE_LINE = re.compile(r"spec profile: steps=(\d+) ms/step:((?: \w+=[\d.]+)+) total=([\d.]+) "
