@@ -8,9 +8,15 @@
 //     nvcc -O3 -std=c++17 -arch=sm_90 [-I<variant>] -I<ggml>/include -I<ggml>/src -I<ggml>/src/ggml-cuda \
 //         scripts/cuda/gdn_bench.cu -o gdn_bench -Xlinker --unresolved-symbols=ignore-all
 //     ./gdn_bench OUT.bin [ITERS]    # CSV: form,n_tokens,us
+//
+// GDN_BENCH_SLOTS=global: a tree's saved states in global memory (the op's path for trees too wide
+// for shared memory), so a block's shared memory holds its two tables only (form tree-global).
 #include "gated_delta_net.cu" // GPU_GDN_SRC first, then the patched tree (-I)
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -31,17 +37,18 @@ static std::vector<int32_t> tree_parents(int n) {
 
 template <bool tree>
 static void launch(const float * q, const float * k, const float * v, const float * g, const float * b,
-        const float * s, float * dst, int n, const int32_t * parent, cudaStream_t stream) {
+        const float * s, float * dst, int n, const int32_t * parent, float * slots, cudaStream_t stream) {
     const int64_t sq1 = S_V, sq2 = S_V * H_QK, sq3 = sq2 * n;
     const int64_t sv1 = S_V, sv2 = S_V * H, sv3 = sv2 * n;
     const int64_t sb1 = 1, sb2 = H, sb3 = H * n;
     float * state = dst + (size_t) S_V * H * n;
-    const size_t smem = tree ? gated_delta_net_tree_smem(S_V, n, 4, true) : 0;
+    const bool shared = slots == nullptr;
+    const size_t smem = tree ? gated_delta_net_tree_smem(S_V, n, 4, shared) : 0;
     // the kernel the series launches (gdn_kernel: GGML_CUDA_GDN_BLOCKS picks its size, patch 0044)
     gdn_kernel<S_V, false, false, tree>()<<<dim3(H, 1, S_V / 4), dim3(32, 4, 1), smem, stream>>>(
         q, k, v, g, b, s, dst, state, H, n, 1, sq1, sq2, sq3, sv1, sv2, sv3, sb1, sb2, sb3,
         init_fastdiv_values(H_QK), init_fastdiv_values(1), 1.0f / sqrtf((float) S_V), 0, 1,
-        parent, nullptr, 0, n / 2, true);
+        parent, slots, (int64_t) S_V * S_V * H, n / 2, shared);
 }
 
 int main(int argc, char ** argv) {
@@ -57,6 +64,8 @@ int main(int argc, char ** argv) {
     }
     launch_timer timer;
     cudaStream_t stream = timer.stream;
+    const char * slots_env = getenv("GDN_BENCH_SLOTS");
+    const bool global_slots = slots_env != nullptr && strcmp(slots_env, "global") == 0;
     printf("form,n_tokens,us\n");
     for (const int tree : {0, 1}) {
         for (const int n : {1, 2, 8, 16, 17, 23, 24, 32}) {
@@ -88,11 +97,15 @@ int main(int argc, char ** argv) {
             CK(cudaMalloc(&dst, n_dst * sizeof(float)));
             CK(cudaMalloc(&parent, n * sizeof(int32_t)));
             CK(cudaMemcpy(parent, hp.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice));
+            float * slots = nullptr;
+            if (tree && global_slots) {
+                CK(cudaMalloc(&slots, std::max(1, n / 2) * (size_t) S_V * S_V * H * sizeof(float)));
+            }
             auto run = [&]() {
                 if (tree) {
-                    launch<true>(q, k, v, g, b, s, dst, n, parent, stream);
+                    launch<true>(q, k, v, g, b, s, dst, n, parent, slots, stream);
                 } else {
-                    launch<false>(q, k, v, g, b, s, dst, n, nullptr, stream);
+                    launch<false>(q, k, v, g, b, s, dst, n, nullptr, nullptr, stream);
                 }
             };
             for (int i = 0; i < 50; ++i) {
@@ -101,11 +114,11 @@ int main(int argc, char ** argv) {
             CK(cudaStreamSynchronize(stream));
             const float us = timer.us(iters, [&](int) { run(); });
             CK(cudaGetLastError());
-            printf("%s,%d,%.2f\n", tree ? "tree" : "chain", n, us);
+            printf("%s,%d,%.2f\n", !tree ? "chain" : global_slots ? "tree-global" : "tree", n, us);
             std::vector<float> hd(n_dst);
             CK(cudaMemcpy(hd.data(), dst, n_dst * sizeof(float), cudaMemcpyDeviceToHost));
             fwrite(hd.data(), sizeof(float), hd.size(), out);
-            for (void * p : {(void *) q, (void *) k, (void *) v, (void *) g, (void *) b, (void *) s, (void *) dst, (void *) parent}) {
+            for (void * p : {(void *) q, (void *) k, (void *) v, (void *) g, (void *) b, (void *) s, (void *) dst, (void *) parent, (void *) slots}) {
                 CK(cudaFree(p));
             }
         }
