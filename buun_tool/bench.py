@@ -37,7 +37,7 @@ from typing import Any
 import psutil
 import requests
 
-from buun_tool import bench_configs, build, console, patches, paths, recipes, vendor
+from buun_tool import bench_configs, build, console, figures, patches, paths, recipes, vendor
 from buun_tool.bench_configs import Overrides, ServerConfig, configs
 from buun_tool.errors import BuunError, NotReadyError, UsageError
 from buun_tool.server import devices, gpu, metrics, process
@@ -698,6 +698,19 @@ def table(result: BenchResult) -> Any:
 
 def _times(v: float | None) -> str:
     return _fmt(v, ".2f") + ("x" if v else "")
+
+
+def tree_verdict(data: dict[str, Any]) -> str | None:
+    """After a tree sweep (a run's JSON): its fastest budget, and how to serve it; None without one."""
+    best = figures.best_tree_budget(data)
+    if best is None:
+        return None
+    budget, ratio = best
+    measured = "under the synthetic tree profile" if figures.tree_profiled(data) else "on these models"
+    if budget <= 1:
+        return f"tree sweep: the chain is the fastest {measured}: keep the recipe's server.tree.budget 0"
+    return (f"tree sweep: budget {budget} is the fastest {measured}, {ratio:.2f}x the chain's tok/s: serve it "
+            f"with `buun serve --tree-budget {budget}` or the recipe's server.tree.budget")
 
 
 def per_position(result: BenchResult) -> list[str]:

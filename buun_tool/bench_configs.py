@@ -93,7 +93,7 @@ class ServerConfig:
     spec: bool  # runs the drafter (-md)
     overrides: Overrides = field(default_factory=Overrides)
     synthetic_al: float | None = None  # forced mean acceptance length (--spec-synth-len)
-    tree_budget: int | None = None  # a --tree-budget sweep's point (0: the chain), under the tree profile
+    tree_budget: int | None = None  # a --tree-budget sweep's point (0: the chain)
     expected_al: float | None = None  # the profile's expected AL at that budget (treeprofile)
     build: str = "buun"  # whose llama-server runs it: buun's build, or "upstream" (`buun build --upstream`)
     concurrency: int = 1  # requests in flight at once, on as many slots (--concurrency)
@@ -120,17 +120,20 @@ def synthetic_lengths(given: list[float] | None, sweep: bool) -> list[float]:
     return given + [al for al in AL_SWEEP if sweep and al not in given]
 
 
-def tree(budget: int, draft_max: int | None) -> ServerConfig:
-    """DFlash verifying trees of `budget` draft nodes (patch 0029; 0: the chain) under the calibrated
-    tree profile's feigned acceptance, so that every budget, the chain included, is measured under
-    the same drafter. The profile's expected AL is that of a draft of treeprofile.DEPTH tokens:
-    None for another draft length."""
-    label = ("DFlash chain" if budget <= 1 else f"DFlash tree {budget}") + " (synthetic tree)"
-    sets = ((command.TREE_BUDGET, str(budget)), (command.TREE_K, str(treeprofile.K)),
-            ("--spec-synth-tree", treeprofile.synth_tree_value(treeprofile.DEFAULT)))
+def tree(budget: int, draft_max: int | None, synthetic: bool = True) -> ServerConfig:
+    """DFlash verifying trees of `budget` draft nodes (patch 0029; 0: the chain). On random weights
+    (`synthetic`) under the calibrated tree profile's feigned acceptance, so that every budget, the
+    chain included, is measured under the same drafter; the profile's expected AL is that of a
+    draft of treeprofile.DEPTH tokens (None for another draft length). On real models with the
+    drafter's own acceptance: what the tree gives on this card and these prompts."""
+    label = "DFlash chain" if budget <= 1 else f"DFlash tree {budget}"
+    sets = ((command.TREE_BUDGET, str(budget)), (command.TREE_K, str(treeprofile.K)))
+    if not synthetic:
+        return ServerConfig(f"dflash-tree{budget}", label, True, Overrides(set=sets), tree_budget=budget)
+    sets += (("--spec-synth-tree", treeprofile.synth_tree_value(treeprofile.DEFAULT)),)
     expected = treeprofile.DEFAULT.served_al(budget) if draft_max == treeprofile.DEPTH else None
-    return ServerConfig(f"dflash-tree{budget}", label, True, Overrides(set=sets), tree_budget=budget,
-                        expected_al=expected)
+    return ServerConfig(f"dflash-tree{budget}", f"{label} (synthetic tree)", True, Overrides(set=sets),
+                        tree_budget=budget, expected_al=expected)
 
 
 def tree_budgets(given: str) -> list[int]:
@@ -143,13 +146,13 @@ def tree_budgets(given: str) -> list[int]:
 
 
 def tree_configs(budgets: Sequence[int], recipe: recipes.Recipe, overrides: Overrides,
-                 models_dir: Path) -> list[ServerConfig]:
+                 models_dir: Path, synthetic: bool = True) -> list[ServerConfig]:
     """One DFlash server per budget of the sweep (`tree`) at the servers' draft length (their
     --draft-max, which llama-server clamps to the drafter's block less one), each resolved here,
     so that a tree the servers' ubatch cannot hold is refused before any server runs (spec.with_tree)."""
     most = recipe.geometry_at("full").drafter.block_size - 1
     given = command.option(dict(flags(recipe, DFLASH, overrides, models_dir).flags), "--draft-max")
-    out = [tree(b, min(int(given), most) if str(given).isdigit() else most) for b in budgets]
+    out = [tree(b, min(int(given), most) if str(given).isdigit() else most, synthetic) for b in budgets]
     for cfg in out:
         flags(recipe, cfg, overrides, models_dir)
     return out

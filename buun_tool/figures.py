@@ -4,6 +4,7 @@
     acceptance(data)         acceptance per draft position, a line per DFlash row     (None: no DFlash row)
     al_sweep(data, bound)    tok/s against the synthetic AL, the bandwidth bound drawn (None: no synthetic AL)
     tree_sweep(data)         tok/s and AL against the tree budget, the profile's AL   (None: no tree sweep)
+    best_tree_budget(data)   the sweep's fastest budget and its tok/s over the chain's (None: no tree sweep)
     peak_memory(data)        peak GPU MiB per configuration                           (None: not sampled)
     bound(data)              the bandwidth bound and a line saying where its figures come from
 
@@ -146,6 +147,38 @@ def tree_budgets(data: dict[str, Any]) -> dict[str, int]:
     return {c["name"]: c["tree_budget"] for c in data["configs"] if c.get("tree_budget") is not None}
 
 
+def tree_profiled(data: dict[str, Any]) -> bool:
+    """Whether the tree sweep ran under the calibrated synthetic profile (random weights), not the
+    drafter's own acceptance: its servers' argv say so."""
+    return any("--spec-synth-tree" in c.get("argv", []) for c in data["configs"] if c.get("tree_budget") is not None)
+
+
+def tree_vs_chain(data: dict[str, Any]) -> list[tuple[dict[str, Any], int, float | None]]:
+    """The tree sweep's summary rows in budget order, each with its budget and its decode tok/s
+    over the chain's on the same suite and mode (None where either has none)."""
+    budgets = tree_budgets(data)
+    sweep = sorted((r for r in data["summary"] if r["config"] in budgets), key=lambda r: budgets[r["config"]])
+    chain = {(r["suite"], r["mode"]): r["decode_tps"] for r in sweep if budgets[r["config"]] <= 1}
+    out = []
+    for r in sweep:
+        base = chain.get((r["suite"], r["mode"]))
+        out.append((r, budgets[r["config"]], r["decode_tps"] / base if base and r["decode_tps"] else None))
+    return out
+
+
+def best_tree_budget(data: dict[str, Any]) -> tuple[int, float] | None:
+    """The sweep's fastest budget and its tok/s over the chain's, the mean over the suites and
+    modes run (the chain: budget 0, 1.0); None without a sweep or a chain to compare with."""
+    ratios: dict[int, list[float]] = {}
+    for _, budget, ratio in tree_vs_chain(data):
+        if ratio is not None:
+            ratios.setdefault(budget, []).append(ratio)
+    if not ratios:
+        return None
+    budget = max(ratios, key=lambda b: (sum(ratios[b]) / len(ratios[b]), -b))  # a tie goes to the smaller tree
+    return budget, sum(ratios[budget]) / len(ratios[budget])
+
+
 def tree_sweep(data: dict[str, Any]) -> Figure | None:
     """Decode tok/s (left) and the measured AL (right) against the budget, a line per suite and
     mode, and the AL the profile expects (the same for every suite: it is what the server feigns)."""
@@ -168,7 +201,8 @@ def tree_sweep(data: dict[str, Any]) -> Figure | None:
         al.append(chart.Line("AL the profile expects", [b for b, _ in expected], [e for _, e in expected],
                              style=":^", color="#000000"))
     ticks = [(b, "chain" if b <= 1 else str(b)) for b in sorted(set(budgets.values()))]
-    return chart.twin_line_chart("Tree budget sweep: decode tok/s and acceptance length (synthetic tree profile)",
+    title = "synthetic tree profile" if tree_profiled(data) else "the drafter's acceptance"
+    return chart.twin_line_chart(f"Tree budget sweep: decode tok/s and acceptance length ({title})",
                                  "tree budget (draft nodes verified per step)", chart.Axis("decode tok/s", speed),
                                  chart.Axis("mean acceptance length", al), subtitle=subtitle(data), x_ticks=ticks)
 

@@ -121,22 +121,17 @@ def _tree(data: dict[str, Any]) -> str:
     fig = figures.tree_sweep(data)
     if fig is None:
         return _not_run("Not run: no tree budget sweep in this run (buun bench --tree-budget 8,16,22,32).")
-    budgets = figures.tree_budgets(data)
     expected = {c["name"]: c.get("expected_al") for c in data["configs"]}
-    sweep = sorted((r for r in data["summary"] if r["config"] in budgets), key=lambda r: budgets[r["config"]])
-    chain = {(r["suite"], r["mode"]): r["decode_tps"] for r in sweep if budgets[r["config"]] <= 1}
-    rows = []
-    for r in sweep:
-        base = chain.get((r["suite"], r["mode"]))
-        ratio = r["decode_tps"] / base if base and r["decode_tps"] else None
-        rows.append([_e(r["label"]), _e(r["suite"]), _e(r["mode"]), _num(budgets[r["config"]], "d"),
-                     _num(expected[r["config"]], ".2f"), _num(r["mean_al"], ".2f"), _num(r.get("step_ms"), ".2f"),
-                     _num(r["decode_tps"], ".1f"), _num(ratio, ".2f", "x")])
+    rows = [[_e(r["label"]), _e(r["suite"]), _e(r["mode"]), _num(budget, "d"), _num(expected[r["config"]], ".2f"),
+             _num(r["mean_al"], ".2f"), _num(r.get("step_ms"), ".2f"), _num(r["decode_tps"], ".1f"),
+             _num(ratio, ".2f", "x")] for r, budget, ratio in figures.tree_vs_chain(data)]
     head = ["configuration", "suite", "mode", "budget", "expected AL", "measured AL", "step ms", "decode tok/s",
             "vs chain"]
-    note = ('<p class="note">Every budget, the chain (0) included, served with the calibrated synthetic tree '
-            "profile (--spec-synth-tree; docs/tree.md): the expected AL is the profile's for that budget, a "
-            "step is the decode time over the verify steps (draft, verify and commit).</p>")
+    served = ("with the calibrated synthetic tree profile (--spec-synth-tree; docs/tree.md): the expected AL is "
+              "the profile's for that budget" if figures.tree_profiled(data) else
+              "with the drafter's own acceptance on these models and prompts")
+    note = (f'<p class="note">Every budget, the chain (0) included, served {served}; a step is the decode time '
+            "over the verify steps (draft, verify and commit).</p>")
     return note + _img(fig, "tree", "decode tok/s and acceptance length against the tree budget") + \
         _table("tree", head, rows, left=3)
 

@@ -32,7 +32,7 @@ from typing import Any, BinaryIO
 import gguf
 import numpy as np
 
-from buun_tool import console
+from buun_tool import console, gguf_tools
 from buun_tool.errors import BuunError, Exit, UsageError
 from buun_tool.recipes import SPECIAL_TOKENS, DrafterGeometry, Recipe, TargetGeometry
 
@@ -142,10 +142,23 @@ class _TargetTypes:
         return QT.Q4_K
 
 
+NAME_PREFIX = "SYNTHETIC "  # the general.name of every model buun synth writes begins so
+
+
+def is_synthetic(path: Path) -> bool:
+    """Whether a GGUF is one of buun synth's random-weight models (its general.name says so); a
+    file that is not a readable GGUF is not, and is left for its user to refuse."""
+    try:
+        with gguf_tools.GgufFile(path) as f:
+            return str(f.get("general.name", "")).startswith(NAME_PREFIX)
+    except UsageError:
+        return False
+
+
 def _common_kv(plan: ModelPlan, label: str, ftype: int, ctx: int, n_embd: int, n_layer: int, n_ff: int,
                n_head: int, n_head_kv: int, head_dim: int, eps: float, theta: float) -> None:
     a = plan.arch
-    plan.add("general.name", f"SYNTHETIC {label} (random weights)")
+    plan.add("general.name", f"{NAME_PREFIX}{label} (random weights)")
     plan.add("general.description", "random-weight model written by `buun synth` for speed and memory "
                                     "measurements; its output is meaningless")
     plan.add("general.file_type", ftype)

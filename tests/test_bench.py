@@ -122,6 +122,16 @@ class TestTreeSweep:
         ar = self.argv(cfgs[0])
         assert not any(a.startswith("--spec-tree") or a == "--spec-synth-tree" for a in ar)
 
+    def test_real_models_are_swept_on_their_own_acceptance(self) -> None:
+        """Not buun synth's (synth.is_synthetic): each budget with the drafter's own acceptance."""
+        tree = bench_configs.tree_configs([0, 22], recipes.load(), self.COMMON, self.MODELS_DIR, synthetic=False)
+        assert [c.label for c in tree] == ["DFlash chain", "DFlash tree 22"]
+        assert [(c.tree_budget, c.expected_al) for c in tree] == [(0, None), (22, None)]
+        chain, tree22 = (self.argv(c) for c in tree)
+        assert not {"--spec-synth-tree", "--spec-synth-len"} & {*chain, *tree22}
+        assert "--spec-tree-budget" not in chain and tree22[tree22.index("--spec-tree-budget") + 1] == "22"
+        assert tree22[tree22.index("--spec-tree-k") + 1] == "8"
+
     def test_another_draft_length_has_no_expected_al(self) -> None:
         """The profile's expectation is over treeprofile.DEPTH (15) draft positions."""
         cfgs = bench_configs.tree_configs([0, 22], recipes.load(), bench_configs.common(draft_max=8), self.MODELS_DIR)
@@ -376,6 +386,9 @@ class TestEndToEnd:
         # a tree of 4 nodes is at most 4 deep: at most 4 drafted tokens and the bonus one a step
         assert rows["dflash-tree4"]["mean_al"] <= 5 and rows["dflash-tree0"]["mean_al"] <= 16
         assert all(s["decode_tokens"] == 64 for s in data["samples"])
+        # --target is buun synth's tiny pair (synth.is_synthetic): the profile, and the fastest budget named
+        assert re.search(r"tree sweep: (the chain is|budget 4 is) the fastest under the synthetic tree profile",
+                         " ".join(res.output.split()))
         html = (tmp_path / "report.html").read_text()
         table = html.split('<table id="table-tree">', 1)[1].split("</table>", 1)[0]
         assert 'id="chart-tree"' in html and table.count("<tr>") == 3  # the header and a row per budget

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from buun_tool import report, treeprofile
+from buun_tool import bench, figures, report, treeprofile
 from tests.bench_files import NO_MATPLOTLIB, RECORDED, bench_cli, said, tree_sweep_run, write_json
 from tests.server_browser import Chromium, find_chromium
 
@@ -128,6 +128,17 @@ class TestReport:
         assert "Traceback" not in out.stderr and not (tmp_path / "report.html").exists()
 
 
+BUDGETS = (0, 8, 16, 22, 32)  # tree_sweep_run()'s
+
+
+def _feigned(budget: int) -> tuple[int, float, float]:
+    """What tree_sweep_run() feigns for a budget, worked out here: 512 tokens in round(512 / (0.98 x
+    expected AL)) steps of 18 ms, 0.6% more per node past 16; the steps, a step's ms and the tok/s."""
+    steps = round(512 / (0.98 * treeprofile.DEFAULT.served_al(budget)))
+    ms = 18.0 * (1 + 0.006 * max(budget - 16, 0))
+    return steps, ms, 512e3 / (steps * ms)
+
+
 class TestTreeSweep:
     """A run with `--tree-budget 8,16,22,32`: the sweep's chart and table, with the AL the profile
     expects beside the measured one, the step time and the tok/s against the chain's."""
@@ -143,19 +154,44 @@ class TestTreeSweep:
         body = re.search(r'<table id="table-tree">.*?<tbody>(.*?)</tbody>', text).group(1)
         rows = [re.findall(r"<td[^>]*>([^<]*)</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", body)]
         assert [r[3] for r in rows] == ["0", "8", "16", "22", "32"]
-        # what tree_sweep_run() feigns, worked out here: 512 tokens in round(512 / (0.98 x expected AL))
-        # steps of 18 ms, 0.6% more per node past 16
-        def step(budget: int, expected: float) -> tuple[int, float]:
-            return round(512 / (0.98 * expected)), 18.0 * (1 + 0.006 * max(budget - 16, 0))
-        chain_steps, chain_ms = step(0, treeprofile.DEFAULT.chain_al())
-        for row, budget in zip(rows, (0, 8, 16, 22, 32), strict=True):
+        chain_tps = _feigned(0)[2]
+        for row, budget in zip(rows, BUDGETS, strict=True):
             expected = treeprofile.DEFAULT.served_al(budget)
-            steps, ms = step(budget, expected)
-            tps, chain_tps = 512e3 / (steps * ms), 512e3 / (chain_steps * chain_ms)
+            steps, ms, tps = _feigned(budget)
             assert row[1:] == ["code", "raw", str(budget), f"{expected:.2f}", f"{1 + (512 - steps) / steps:.2f}",
                                f"{ms:.2f}", f"{tps:.1f}", f"{tps / chain_tps:.2f}x"]
         assert rows[0][0] == "DFlash chain (synthetic tree)" and rows[3][0] == "DFlash tree 22 (synthetic tree)"
         assert rows[3][4] == "8.31" and rows[0][4] == "7.67"  # the calibration's two figures
+        assert "served with the calibrated synthetic tree profile" in said(text)
+
+    def test_the_fastest_budget_is_named(self) -> None:
+        data = tree_sweep_run()
+        ratios = {b: _feigned(b)[2] / _feigned(0)[2] for b in BUDGETS}
+        best = max(ratios, key=ratios.__getitem__)
+        assert best == 32 and figures.best_tree_budget(data) == (32, pytest.approx(ratios[32]))
+        assert bench.tree_verdict(data) == (f"tree sweep: budget 32 is the fastest under the synthetic tree profile, "
+                                            f"{ratios[32]:.2f}x the chain's tok/s: serve it with `buun serve "
+                                            "--tree-budget 32` or the recipe's server.tree.budget")
+        for row in data["summary"]:  # every tree 10% slower: the chain is the fastest
+            if row["config"] not in ("dflash-tree0", "ar", "dflash-al1", "dflash-al7.67"):
+                row["decode_tps"] *= 0.9
+        assert figures.best_tree_budget(data) == (0, 1.0)
+        assert bench.tree_verdict(data) == ("tree sweep: the chain is the fastest under the synthetic tree profile: "
+                                            "keep the recipe's server.tree.budget 0")
+        assert bench.tree_verdict(json.loads(RECORDED.read_text())) is None  # no sweep
+
+    def test_a_sweep_of_real_models_says_so(self, tmp_path: Path) -> None:
+        """`--tree-budget` with --target/--drafter: every budget on the drafter's own acceptance."""
+        data = tree_sweep_run()
+        for cfg in data["configs"]:
+            if cfg["tree_budget"] is not None:
+                i = cfg["argv"].index("--spec-synth-tree")
+                del cfg["argv"][i:i + 2]
+        assert not figures.tree_profiled(data) and figures.tree_profiled(tree_sweep_run())
+        assert bench.tree_verdict(data).startswith("tree sweep: budget 32 is the fastest on these models, ")
+        _, text = _parse(_report(tmp_path, write_json(tmp_path / "real" / "bench.json", data)))
+        assert "served with the drafter's own acceptance on these models and prompts" in said(text)
+        assert "synthetic tree profile" not in text
 
     def test_the_al_sweep_leaves_the_tree_sweep_out(self, tmp_path: Path) -> None:
         """Both sweeps in one run: each chart and table holds its own configurations only."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -338,6 +339,37 @@ class TestConvert:
             assert res["timings"]["draft_n"] > 0, server.log_tail()
         log = (tmp_path / "server.log").read_text()
         assert "block_size=16, mask_token_id=248070, n_extract=3" in log
+
+    def test_a_tree_sweep_of_the_recipes_models_runs_on_their_own_acceptance(
+            self, converted: Converted, llama_bin: Path, tmp_path: Path) -> None:
+        """`buun bench --recipe-models --tree-budget`: the pair the pipeline made, not buun synth's, so
+        every budget runs on the drafter's real acceptance (no synthetic profile), and the fastest is named."""
+        recipe = str(converted.recipe.source)
+        res = CliRunner().invoke(app, [
+            "bench", recipe, "--recipe-models", "--models-dir", str(converted.models), "--tree-budget", "4",
+            "--no-ar", "--suite", "math", "--mode", "raw", "--prompts", "1", "--n-predict", "32", "--ctx", "1024",
+            "--server-args=-nr", "--out", str(tmp_path)])
+        assert res.exit_code == 0, res.output
+        data = json.loads((tmp_path / "bench.json").read_text())
+        lay = pull.layout(converted.recipe, converted.models)
+        assert data["options"]["models_note"] == f"models: {lay.target_gguf.name} + {lay.drafter_gguf().name}"
+        configs = {c["name"]: c for c in data["configs"]}
+        assert [(c["label"], c["tree_budget"], c["expected_al"]) for c in configs.values()] == [
+            ("DFlash chain", 0, None), ("DFlash tree 4", 4, None)]
+        for cfg in configs.values():
+            assert cfg["argv"][cfg["argv"].index("-m") + 1] == str(lay.target_gguf)
+            assert "--spec-synth-tree" not in cfg["argv"] and "--spec-synth-len" not in cfg["argv"]
+        assert all(r["steps"] > 0 for r in data["summary"])
+        assert re.search(r"tree sweep: (the chain is|budget 4 is) the fastest on these models", _flat(res.output))
+        for given in (["--target", str(lay.target_gguf)], ["--url", "http://127.0.0.1:9"]):
+            res = CliRunner().invoke(app, ["bench", recipe, "--recipe-models", *given])
+            assert res.exit_code == 2 and "--recipe-models benches the recipe's pair" in _flat(res.output)
+
+    def test_recipe_models_not_pulled_say_what_to_run(self, converted: Converted, tmp_path: Path) -> None:
+        res = CliRunner().invoke(app, ["bench", str(converted.recipe.source), "--recipe-models", "--models-dir",
+                                       str(tmp_path / "empty")])
+        assert res.exit_code != 0 and "the target model of tiny-dflash is not downloaded" in _flat(res.output)
+        assert "run `buun pull" in _flat(res.output)
 
     def test_after_llama_quantize_is_rebuilt_setup_and_convert_agree(
             self, converted: Converted, models: Path, llama_bin: Path, tmp_path: Path,

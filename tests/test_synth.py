@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from buun_tool import recipes, synth
 from buun_tool.cli.app import app
 from buun_tool.errors import UsageError
+from tests.tiny_models import TinyModels
 
 
 def _sha(path: Path) -> str:
@@ -193,6 +194,15 @@ class TestCli:
         assert res.exit_code == 0, res.output
         files = json.loads(res.stdout)["files"]
         assert Path(files["target"]).is_file() and Path(files["drafter"]).is_file()
+
+
+def test_is_synthetic_tells_buun_synths_models(tiny_pair: tuple[Path, Path], tiny_models_built: TinyModels,
+                                                tmp_path: Path) -> None:
+    """What `buun bench --tree-budget` feigns acceptance for: random weights buun synth wrote."""
+    assert all(synth.is_synthetic(p) for p in tiny_pair)
+    assert not synth.is_synthetic(tiny_models_built.target_gguf)  # converted from a checkpoint, as a real one
+    (tmp_path / "x.gguf").write_bytes(b"GGUF, and then not")
+    assert not synth.is_synthetic(tmp_path / "x.gguf") and not synth.is_synthetic(tmp_path / "missing.gguf")
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@
     buun synth --dry-run            tensor counts and sizes, nothing written
     buun bench [RECIPE] [--synthetic-al 7.67 ... | --al-sweep] [--suite code,math,prose] [--mode raw,chat]
                [--tree-budget 8,16,22,32] [--concurrency 2,4] [--prompts N] [--n-predict N] [--repeats N]
-               [--target T.gguf --drafter D.gguf | --url URL] [--report] [--bandwidth-gbs N]
+               [--target T.gguf --drafter D.gguf | --recipe-models | --url URL] [--report] [--bandwidth-gbs N]
                                     AR vs DFlash llama-servers: tok/s, TTFT, acceptance; JSON (+ PNG with matplotlib,
                                     + one self-contained HTML report with --report)
     buun bench --against upstream [...]  every configuration on buun's build and on unpatched llama.cpp
@@ -133,6 +133,9 @@ def bench_cmd(
                                                 show_default=False)] = None,
     drafter: Annotated[Path | None, typer.Option("--drafter", help="DFlash drafter GGUF.", show_default=False)
                        ] = None,
+    recipe_models: Annotated[bool, typer.Option(
+        "--recipe-models", help="Bench the recipe's own models, the pair `buun setup` pulled and converted into "
+        "--models-dir (what `buun serve` serves), on their real acceptance.")] = False,
     scale: ScaleOpt = None,
     models_dir: ModelsDirOpt = None,
     url: Annotated[str | None, typer.Option("--url", help="Benchmark this running llama-server instead.",
@@ -150,7 +153,8 @@ def bench_cmd(
                                            "the report's tok/s against AL.")] = False,
     tree_budget: Annotated[str | None, typer.Option(
         "--tree-budget", metavar="N,N,...", help="Sweep the DDTree budget: one DFlash server per budget and the "
-        "chain (0), each with the calibrated synthetic tree profile (--spec-synth-tree; needs patch 0029): the "
+        "chain (0), on buun synth's random weights with the calibrated synthetic tree profile (--spec-synth-tree), "
+        "on real models with the drafter's own acceptance (needs patch 0029): the fastest budget, and the "
         "report's tok/s and AL against the budget.", show_default=False)] = None,
     concurrency: Annotated[str | None, typer.Option(
         "--concurrency", metavar="N,N,...", help="Also send N requests at once to each AR and chain DFlash "
@@ -222,13 +226,21 @@ def bench_cmd(
                          "leave out one of them")
     r = recipes.load(recipe)
     models = paths.models_dir(models_dir)
+    if recipe_models:
+        if target or drafter or url:
+            raise UsageError("--recipe-models benches the recipe's pair: it takes no --target, --drafter or --url",
+                             "leave out one of them")
+        target, drafter = spec.default_models(r, models)  # not pulled or converted: says what to run
     where = None  # the cards, as `buun serve` splits over them (none named: llama-server's own choice)
     if not url and (gpus or r.gpus or draft_gpu is not None):
         where = devices.placement(r, devices.parse_gpus(gpus) if gpus else None, draft_gpu,
                                   build.find_binary("llama-server"))
     overrides = bench_configs.common(ctx, draft_max, host_sampling, shlex.split(server_args))
     workers = _workers(rpc, r, where, overrides) if rpc else None
-    trees = bench_configs.tree_configs(budgets, r, overrides, models)  # a tree that cannot be served: before the models
+    # a tree that cannot be served: refused before the models; random weights accept nothing of their
+    # own, so buun synth's trees feign the calibrated profile's acceptance, real models' their own
+    random_weights = target is None or synth.is_synthetic(target)
+    trees = bench_configs.tree_configs(budgets, r, overrides, models, synthetic=random_weights)
     cfgs = bench_configs.configs(not no_ar, synthetic_al, trees)
     cfgs += bench_configs.concurrency_configs(levels, cfgs, ctx)
     alone = bench_configs.without_twin(cfgs) if against else []
@@ -238,7 +250,7 @@ def bench_cmd(
     t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale, models)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = out or paths.bench_dir() / stamp
-    forced = bool(synthetic_al or trees)
+    forced = bool(synthetic_al or (trees and random_weights))
     opts = bench.BenchOptions(
         target=t, drafter=d, url=url, suites=_csv(suite, bench.SUITES, "--suite"),
         modes=_csv(mode, bench.MODES, "--mode"), prompts=prompts or None, n_predict=n_predict, repeats=repeats,
@@ -261,6 +273,9 @@ def bench_cmd(
             console.out.print(several)
         for line in bench.per_position(result):
             console.info(f"acceptance by position: {line}")
+        verdict = bench.tree_verdict(result.to_json())
+        if verdict:
+            console.ok(verdict)
     console.ok(f"results: {json_path}")
     try:
         console.ok(f"chart: {bench.write_chart(result, out_dir / 'bench.png')}")
