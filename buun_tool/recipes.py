@@ -199,7 +199,15 @@ class _Reader:
             raise self.fail(dotted, "at least one file name", items)
         if not all(isinstance(i, str) and i for i in items):
             raise self.fail(dotted, "a list of file names", items)
-        return tuple(items)
+        return tuple(self.repo_path(dotted, i) for i in items)
+
+    def repo_path(self, dotted: str, value: str) -> str:
+        """A file's path inside a Hub repository: relative, every part a name, so that the file, put
+        at that path under the models folder, stays inside it (`../x` or `/etc/x` would not)."""
+        if value.startswith("/") or "\\" in value or any(p in ("", ".", "..") for p in value.split("/")):
+            raise self.fail(dotted, "a file's path inside the repository (relative, no '.', '..' or empty part)",
+                            value)
+        return value
 
     def repo(self, dotted: str, files: tuple[str, ...] | None = None) -> RepoSpec:
         repo = self.get(f"{dotted}.repo", str)
@@ -385,10 +393,10 @@ def parse(source: Path, data: Any) -> Recipe:
         name=name,
         description=r.get("description", str, ""),
         source=source,
-        target=r.repo("target", (r.get("target.gguf", str),)),
+        target=r.repo("target", (r.repo_path("target.gguf", r.get("target.gguf", str)),)),
         drafter=r.repo("drafter"),
         tokenizer=r.repo("tokenizer"),
-        target_config=r.get("tokenizer.target_config", str, "config.json"),
+        target_config=r.repo_path("tokenizer.target_config", r.get("tokenizer.target_config", str, "config.json")),
         quantize=quant,
         expect=dict(expect),
         geometry=_validate_geometry(r),

@@ -128,6 +128,13 @@ def test_an_unknown_key_with_no_near_one_lists_the_valid_keys(tmp_path: Path):
     ("server.flags.-c", [4096, 8192], "server.flags.-c: expected one value (a string or number), true or false"),
     ("server.flags.-ot", {"a": "CPU"}, "server.flags.-ot: expected one value"),
     ("drafter.files", [], "drafter.files: expected at least one file name"),
+    # a file's path in its repository, joined under the models folder: it must stay there
+    ("target.gguf", "../../../../tmp/x.gguf", "target.gguf: expected a file's path inside the repository"),
+    ("target.gguf", "/etc/x.gguf", "target.gguf: expected a file's path inside the repository"),
+    ("drafter.files", ["config.json", "sub/../../x"], "drafter.files: expected a file's path inside the repository"),
+    ("tokenizer.files", ["tokenizer.json", "a//b.json"], "tokenizer.files: expected a file's path inside"),
+    ("tokenizer.files", ["..\\x.json"], "tokenizer.files: expected a file's path inside the repository"),
+    ("tokenizer.target_config", "./config.json", "tokenizer.target_config: expected a file's path inside"),
     ("tokenizer.files", [], "tokenizer.files: expected at least one file name"),
     ("server", ["--jinja"], "server: expected a mapping"),
 ])
@@ -166,6 +173,13 @@ def test_unknown_scale_names_the_valid_ones():
     with pytest.raises(recipes.RecipeError) as info:
         recipes.load().geometry_at("huge")
     assert "geometry.huge: no such scale" in info.value.message and info.value.hint == "valid: full, tiny"
+
+
+def test_a_file_in_a_repository_subfolder_is_a_path_inside_the_models_folder(tmp_path: Path):
+    """Hub repositories keep files in folders (a split GGUF's parts, say): a relative path is fine."""
+    path = _write(tmp_path, _set(_shipped(), "target.gguf", "Q4_K_M/Qwen3.5-27B-Q4_K_M.gguf"))
+    r = recipes.load(str(path))
+    assert r.target_gguf == "Q4_K_M/Qwen3.5-27B-Q4_K_M.gguf" and r.target.files == ("Q4_K_M/Qwen3.5-27B-Q4_K_M.gguf",)
 
 
 def test_server_flag_must_look_like_a_flag(tmp_path: Path):
