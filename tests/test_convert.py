@@ -361,7 +361,7 @@ class TestConvert:
             assert "--spec-synth-tree" not in cfg["argv"] and "--spec-synth-len" not in cfg["argv"]
         assert all(r["steps"] > 0 for r in data["summary"])
         assert re.search(r"tree sweep: (the chain is|budget 4 is) the fastest on these models", _flat(res.output))
-        for given in (["--target", str(lay.target_gguf)], ["--url", "http://127.0.0.1:9"]):
+        for given in (["--target", str(lay.target_gguf)], ["--url", "http://127.0.0.1:9"], ["--scale", "full"]):
             res = CliRunner().invoke(app, ["bench", recipe, "--recipe-models", *given])
             assert res.exit_code == 2 and "--recipe-models benches the recipe's pair" in _flat(res.output)
 

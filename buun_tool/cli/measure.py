@@ -227,9 +227,9 @@ def bench_cmd(
     r = recipes.load(recipe)
     models = paths.models_dir(models_dir)
     if recipe_models:
-        if target or drafter or url:
-            raise UsageError("--recipe-models benches the recipe's pair: it takes no --target, --drafter or --url",
-                             "leave out one of them")
+        if target or drafter or url or scale:
+            raise UsageError("--recipe-models benches the recipe's pair: it takes no --target, --drafter, --url "
+                             "or --scale (the synthetic pair's)", "leave out one of them")
         target, drafter = spec.default_models(r, models)  # not pulled or converted: says what to run
     where = None  # the cards, as `buun serve` splits over them (none named: llama-server's own choice)
     if not url and (gpus or r.gpus or draft_gpu is not None):
