@@ -71,6 +71,23 @@ class UsageError(BuunError):
     exit_code = Exit.USAGE
 
 
+# errno values of a path that cannot be used as it is: missing, a file where a folder must be (or
+# the reverse), or out of this user's reach
+PATH_ERRORS = {errno.ENOENT: "it, or a folder above it, does not exist",
+               errno.EEXIST: "a file is there where a folder must be", errno.ENOTDIR: "a file is on the way, "
+               "where a folder must be", errno.EISDIR: "a folder is there where a file must be",
+               errno.EACCES: "this user may not use it", errno.EPERM: "this user may not use it",
+               errno.EROFS: "it is on a read-only file system"}
+
+
+def path_error(exc: OSError) -> BuunError:
+    """The error for a path a command cannot use as it is (an --out that names a file, a folder that
+    cannot be made, one without permission), wherever it strikes."""
+    return UsageError(f"cannot use {exc.filename}: {exc.strerror} ({PATH_ERRORS[exc.errno]})",
+                      "give another path or fix this one, then run the same command again "
+                      "(BUUN_DEBUG=1 shows where it failed)")
+
+
 class NotReadyError(BuunError):
     exit_code = Exit.NOT_READY
 

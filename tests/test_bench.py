@@ -67,6 +67,19 @@ class TestPrompts:
         assert body["messages"] == [{"role": "user", "content": "2+2?"}]
 
 
+@pytest.mark.parametrize("args", [["bench", "--n-predict", "0"], ["bench", "--repeats", "0"],
+                                  ["bench", "--prompts", "-1"], ["bench", "--ctx", "0"],
+                                  ["fit", "--ctx", "0"], ["fit", "--slots", "0"], ["fit", "--ctx-per-slot", "-1"],
+                                  ["fit", "--ubatch", "0"], ["fit", "--draft-max", "-1"]])
+def test_counts_that_mean_nothing_are_refused(args: list[str]) -> None:
+    """Before: `--n-predict 0` ran and printed 1000000 tok/s, `fit --slots 0` planned the recipe's
+    slots and `--ctx-per-slot -1` a slot of 0 tokens."""
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    said = " ".join(res.output.replace("│", " ").split())  # typer's error box, unwrapped
+    assert f"Invalid value for '{args[1]}'" in said and "greater than or equal to" in said
+
+
 class TestTreeSweep:
     """`buun bench --tree-budget 8,16,22,32`: the chain and one server per budget, each fed the
     calibrated tree profile, with the AL the profile expects recorded beside each."""

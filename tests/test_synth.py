@@ -196,6 +196,19 @@ class TestCli:
         assert Path(files["target"]).is_file() and Path(files["drafter"]).is_file()
 
 
+def test_an_out_that_is_a_file_is_a_clear_error(tmp_path: Path) -> None:
+    """Any command, any path it cannot use as given: a message and exit 2, not a traceback."""
+    f = tmp_path / "file"
+    f.write_text("mine")
+    res = CliRunner().invoke(app, ["synth", "--scale", "tiny", "--out", str(f)])
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 2 and f"cannot use {f}: File exists (a file is there where a folder must be)" in flat
+    assert "give another path or fix this one" in flat and isinstance(res.exception, SystemExit)
+    res = CliRunner().invoke(app, ["synth", "--scale", "tiny", "--out", str(f / "below")])
+    assert res.exit_code == 2 and "where a folder must be" in " ".join(res.output.split())
+    assert f.read_text() == "mine"
+
+
 def test_is_synthetic_tells_buun_synths_models(tiny_pair: tuple[Path, Path], tiny_models_built: TinyModels,
                                                 tmp_path: Path) -> None:
     """What `buun bench --tree-budget` feigns acceptance for: random weights buun synth wrote."""

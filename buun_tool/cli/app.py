@@ -17,7 +17,7 @@ from typer.core import TyperGroup
 
 from buun_tool import __version__
 from buun_tool.console import err, labelled
-from buun_tool.errors import DISK_FULL, BuunError, disk_full, exit_interrupted
+from buun_tool.errors import DISK_FULL, PATH_ERRORS, BuunError, disk_full, exit_interrupted, path_error
 
 PIPELINE = "Pipeline (the stages of `buun setup`, in order)"
 SERVER = "Server"
@@ -49,10 +49,14 @@ class _Group(TyperGroup):
             if os.environ.get("BUUN_DEBUG"):
                 raise
             _report(ctx, exc)
-        except OSError as exc:  # a full disk can meet any write, not only those that expect it
-            if exc.errno not in DISK_FULL or os.environ.get("BUUN_DEBUG"):
+        except OSError as exc:  # a full disk, or a path unfit for its use, can meet any write or read
+            if os.environ.get("BUUN_DEBUG"):
                 raise
-            _report(ctx, disk_full(exc))
+            if exc.errno in DISK_FULL:
+                _report(ctx, disk_full(exc))
+            elif exc.errno in PATH_ERRORS and exc.filename:
+                _report(ctx, path_error(exc))
+            raise
         except (KeyboardInterrupt, typer.Abort):  # Abort: Ctrl-C at a confirmation prompt
             exit_interrupted()
 

@@ -143,9 +143,9 @@ def bench_cmd(
     suite: Annotated[str, typer.Option("--suite", help="Comma-separated: code, math, prose.")] = "code,math,prose",
     mode: Annotated[str, typer.Option("--mode", help="raw (/completion), chat (/v1/chat/completions) or both."
                                       )] = "raw,chat",
-    prompts: Annotated[int, typer.Option("--prompts", help="Prompts per suite (0: all).")] = 4,
-    n_predict: Annotated[int, typer.Option("--n-predict", help="Tokens generated per request.")] = 256,
-    repeats: Annotated[int, typer.Option("--repeats", help="Requests per prompt.")] = 1,
+    prompts: Annotated[int, typer.Option("--prompts", min=0, help="Prompts per suite (0: all).")] = 4,
+    n_predict: Annotated[int, typer.Option("--n-predict", min=1, help="Tokens generated per request.")] = 256,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Requests per prompt.")] = 1,
     synthetic_al: Annotated[list[float] | None, typer.Option(
         "--synthetic-al", help="Force a mean acceptance length with --spec-synth-len (repeatable: one DFlash "
         "server each). Measures step cost on random weights.", show_default=False)] = None,
@@ -168,9 +168,9 @@ def bench_cmd(
         "--against", help="Also run every configuration on unpatched llama.cpp (`buun build --upstream` builds "
         "it), in its spellings and without -cd: both rows, and buun's tok/s over upstream's.",
         show_default=False)] = None,
-    ctx: Annotated[int, typer.Option("--ctx", help="llama-server -c of every server (bench pins it; the recipe's "
-                                     "`fit` depends on the card).")] = bench_configs.DEFAULT_CTX,
-    draft_max: Annotated[int | None, typer.Option("--draft-max", help="Replaces the recipe's --draft-max.",
+    ctx: Annotated[int, typer.Option("--ctx", min=1, help="llama-server -c of every server (bench pins it; the "
+                                     "recipe's `fit` depends on the card).")] = bench_configs.DEFAULT_CTX,
+    draft_max: Annotated[int | None, typer.Option("--draft-max", min=0, help="Replaces the recipe's --draft-max.",
                                                   show_default=False)] = None,
     host_sampling: Annotated[bool, typer.Option("--host-sampling", help="Sample on the host: drops the recipe's "
                                                 "--backend-sampling.")] = False,
@@ -385,23 +385,24 @@ def fit_cmd(
     draft_gpu: Annotated[int | None, typer.Option("--draft-gpu", metavar="N", help="The drafter's card, one of "
                                                   "--gpus (or a position in --gpu-mem); default: the last.",
                                                   show_default=False)] = None,
-    ctx: Annotated[int | None, typer.Option("--ctx", help="-c (default: the recipe's).", show_default=False)] = None,
+    ctx: Annotated[int | None, typer.Option("--ctx", min=1, help="-c (default: the recipe's).", show_default=False)
+                   ] = None,
     ctk: Annotated[str | None, typer.Option("--ctk", help="KV cache type: f16, q8_0, q4_0, ...",
                                             show_default=False)] = None,
     ctv: Annotated[str | None, typer.Option("--ctv", help="V cache type (default: as --ctk).", show_default=False)
                    ] = None,
-    draft_max: Annotated[int | None, typer.Option("--draft-max", help="--spec-draft-n-max; 0 = AR only.",
+    draft_max: Annotated[int | None, typer.Option("--draft-max", min=0, help="--spec-draft-n-max; 0 = AR only.",
                                                   show_default=False)] = None,
-    ctx_draft: Annotated[int | None, typer.Option("--ctx-draft", help="The drafter's context (-cd); 0 = as -c.",
+    ctx_draft: Annotated[int | None, typer.Option("--ctx-draft", min=0, help="The drafter's context (-cd); 0 = as -c.",
                                                   show_default=False)] = None,
-    ubatch: Annotated[int | None, typer.Option("--ubatch", help="-ub (default: the recipe's).", show_default=False)
-                      ] = None,
-    batch: Annotated[int | None, typer.Option("--batch", help="-b (default: the recipe's).", show_default=False)
-                     ] = None,
-    slots: Annotated[int | None, typer.Option("--slots", "--parallel", help="Slots (-np): requests served at "
+    ubatch: Annotated[int | None, typer.Option("--ubatch", min=1, help="-ub (default: the recipe's).",
+                                               show_default=False)] = None,
+    batch: Annotated[int | None, typer.Option("--batch", min=1, help="-b (default: the recipe's).",
+                                              show_default=False)] = None,
+    slots: Annotated[int | None, typer.Option("--slots", "--parallel", min=1, help="Slots (-np): requests served at "
                                               "once, each with -c / N of the context (default: the recipe's).",
                                               show_default=False)] = None,
-    ctx_per_slot: Annotated[int | None, typer.Option("--ctx-per-slot", help="Context of each slot: -c is this "
+    ctx_per_slot: Annotated[int | None, typer.Option("--ctx-per-slot", min=1, help="Context of each slot: -c is this "
                                                      "times the slots; also says how many such slots fit.",
                                                      show_default=False)] = None,
     tree_budget: Annotated[int | None, typer.Option("--tree-budget", help="Draft nodes of the DDTree verified per "
