@@ -73,11 +73,15 @@ class UsageError(BuunError):
 
 # errno values of a path that cannot be used as it is: missing, a file where a folder must be (or
 # the reverse), or out of this user's reach
-PATH_ERRORS = {errno.ENOENT: "it, or a folder above it, does not exist",
-               errno.EEXIST: "a file is there where a folder must be", errno.ENOTDIR: "a file is on the way, "
-               "where a folder must be", errno.EISDIR: "a folder is there where a file must be",
-               errno.EACCES: "this user may not use it", errno.EPERM: "this user may not use it",
-               errno.EROFS: "it is on a read-only file system"}
+PATH_ERRORS = {
+    errno.ENOENT: "it, or a folder above it, does not exist",
+    errno.EEXIST: "a file is there where a folder must be",
+    errno.ENOTDIR: "a file is on the way, where a folder must be",
+    errno.EISDIR: "a folder is there where a file must be",
+    errno.EACCES: "this user may not use it",
+    errno.EPERM: "this user may not use it",
+    errno.EROFS: "it is on a read-only file system",
+}
 
 
 def path_error(exc: OSError) -> BuunError:
