@@ -11,6 +11,7 @@
 //
 // GDN_BENCH_SLOTS=global: a tree's saved states in global memory (the op's path for trees too wide
 // for shared memory), so a block's shared memory holds its two tables only (form tree-global).
+// GDN_BENCH_CASES=chain16,tree23: only those forms and token counts (as for a profiler's run).
 #include "gated_delta_net.cu" // GPU_GDN_SRC first, then the patched tree (-I)
 
 #include <algorithm>
@@ -18,11 +19,23 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench_timer.cuh"
 
 static constexpr int S_V = 128, H = 48, H_QK = 16;
+
+// what the kernel's launcher takes from ggml-cuda.cu, which the bench does not link
+int ggml_cuda_get_device() {
+    int id = 0;
+    CK(cudaGetDevice(&id));
+    return id;
+}
+void ggml_cuda_error(const char * stmt, const char * func, const char * file, int line, const char * msg) {
+    fprintf(stderr, "CUDA error: %s in %s at %s:%d (%s)\n", msg, func, file, line, stmt);
+    exit(1);
+}
 
 // test-backend-ops' init_tree_parents: a spine of max(16, (n + 1) / 2) tokens, then single-token
 // branches off it, deepest first
@@ -45,7 +58,7 @@ static void launch(const float * q, const float * k, const float * v, const floa
     const bool shared = slots == nullptr;
     const size_t smem = tree ? gated_delta_net_tree_smem(S_V, n, 4, shared) : 0;
     // the kernel the series launches (gdn_kernel: GGML_CUDA_GDN_BLOCKS picks its size, patch 0044)
-    gdn_kernel<S_V, false, false, tree>()<<<dim3(H, 1, S_V / 4), dim3(32, 4, 1), smem, stream>>>(
+    gdn_kernel<S_V, false, false, tree>(smem, 128)<<<dim3(H, 1, S_V / 4), dim3(32, 4, 1), smem, stream>>>(
         q, k, v, g, b, s, dst, state, H, n, 1, sq1, sq2, sq3, sv1, sv2, sv3, sb1, sb2, sb3,
         init_fastdiv_values(H_QK), init_fastdiv_values(1), 1.0f / sqrtf((float) S_V), 0, 1,
         parent, slots, (int64_t) S_V * S_V * H, n / 2, shared);
@@ -66,9 +79,17 @@ int main(int argc, char ** argv) {
     cudaStream_t stream = timer.stream;
     const char * slots_env = getenv("GDN_BENCH_SLOTS");
     const bool global_slots = slots_env != nullptr && strcmp(slots_env, "global") == 0;
+    const char * cases = getenv("GDN_BENCH_CASES");
     printf("form,n_tokens,us\n");
     for (const int tree : {0, 1}) {
         for (const int n : {1, 2, 8, 16, 17, 23, 24, 32}) {
+            if (cases != nullptr) {
+                const std::string name = std::string(tree ? "tree" : "chain") + std::to_string(n);
+                const std::string list = std::string(",") + cases + ",";
+                if (list.find("," + name + ",") == std::string::npos) {
+                    continue;
+                }
+            }
             std::mt19937 rng(1234 + n);
             std::uniform_real_distribution<float> u(-1.0f, 1.0f);
             auto rand_vec = [&](size_t len, float scale, float shift) {

@@ -6,6 +6,10 @@
 //     nvcc -O3 -std=c++17 -arch=sm_90 -I<ggml>/include -I<ggml>/src -I<ggml>/src/ggml-cuda \
 //         scripts/cuda/mmqs_bench.cu -o mmqs_bench -Xlinker --unresolved-symbols=ignore-all
 //     ./mmqs_bench [ITERS]    # CSV: type,m,k,n,variant,us,max_err_ref,max_diff_v1 (empty past 32 columns)
+//
+// MMQS_BENCH_ONLY=v2-nt3-b3-pf0-ld1,v3-nt3: those variants only, MMQS_BENCH_NS=16,23 those column
+// counts, MMQS_BENCH_M=17408 the matrices of that many rows (as for a profiler's run; without v1 in
+// the list, max_diff_v1 stays empty).
 #include "mmq-small.cu" // GPU_MMQS_SRC first, then the patched tree (-I)
 
 #include <cstdio>
@@ -212,6 +216,12 @@ static std::vector<variant> variants() {
     return v;
 }
 
+// whether the comma-separated list in the environment variable (unset: everything) holds value
+static bool env_lists(const char * var, const std::string & value) {
+    const char * list = getenv(var);
+    return list == nullptr || (std::string(",") + list + ",").find("," + value + ",") != std::string::npos;
+}
+
 int main(int argc, char ** argv) {
     const int iters = argc > 1 ? atoi(argv[1]) : 40;
     std::mt19937 rng(42);
@@ -224,6 +234,7 @@ int main(int argc, char ** argv) {
     cudaStream_t st = timer.stream;
     printf("type,m,k,n,variant,us,max_err_ref,max_diff_v1\n");
     for (const problem & p : probs) {
+        if (!env_lists("MMQS_BENCH_M", std::to_string(p.m))) continue;
         const std::vector<uint8_t> hx = random_matrix(p, rng);
         const int ncopies = (int) std::max<size_t>(2, (size_t) 512*1024*1024 / p.bytes());
         char * dx;
@@ -232,6 +243,7 @@ int main(int argc, char ** argv) {
         // the reference over a few rows only (all columns)
         const int mref = 64;
         for (const int n : ns) {
+            if (!env_lists("MMQS_BENCH_NS", std::to_string(n))) continue;
             std::vector<float> hy((size_t) n*p.k);
             std::normal_distribution<float> nd(0.0f, 1.0f);
             for (auto & f : hy) f = nd(rng);
@@ -247,7 +259,7 @@ int main(int argc, char ** argv) {
             std::vector<float> out_v1;
             const auto vs = p.type == GGML_TYPE_Q6_K ? variants<GGML_TYPE_Q6_K>() : variants<GGML_TYPE_Q4_K>();
             for (const variant & v : vs) {
-                if ((v.ntt != 0 && v.ntt != 2*ng) || n > v.maxn) continue;
+                if ((v.ntt != 0 && v.ntt != 2*ng) || n > v.maxn || !env_lists("MMQS_BENCH_ONLY", v.name)) continue;
                 quantize_q8_1_small<<<dim3(p.k/QK_K, layout_groups(n, v.nt)*MMQS_COLS), WARP_SIZE, 0, st>>>(dyf, dyq, n, p.k);
                 CK(cudaMemset(dd, 0, (size_t) p.m*n*sizeof(float)));
                 v.fn(dx, dyq, dd, p.m, p.k, n, st);
