@@ -372,6 +372,7 @@ def test_the_context_fits_the_card_unless_pinned(tmp_path: Path) -> None:
     assert best > 6048
     assert _server_c(env) == str(best)  # the recipe's `-c: fit`: what `buun fit` finds for this card
     assert _server_c(env, "qwen3.5-27b-dflash", "--", "-c", "1000") == "1000"  # the command line wins
+    assert _server_c(env, "--", "-c", "1000") == "1000"  # also without the recipe's name
     assert _server_c(env, "--cpu") == "6048"  # -ngl 0: no card to fit, buun's default
     pinned = tmp_path / "pinned.yaml"
     source = recipes.load().source.read_text()

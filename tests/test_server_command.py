@@ -363,6 +363,23 @@ class TestExposure:
         spec.check_exposure(spec.LaunchSpec.from_json(json.loads(json.dumps(s.to_json()))), None)
 
 
+class TestSetupFlags:
+    """`buun setup -- FLAGS` gives llama-server the flags with the default recipe, as `buun serve`
+    does: click hands the first word after `--` to RECIPE, and a recipe that starts with '-' is
+    the first flag. Before `--` an unknown option is an error, not a flag passed on."""
+
+    def test_flags_after_double_dash_without_a_recipe(self) -> None:
+        r = CliRunner().invoke(app, ["setup", "--dry-run", "--", "-c", "1234"])
+        assert r.exit_code == 0, flat(r.stderr)
+        assert " -c 1234 " in flat(r.stdout) and "unknown recipe" not in flat(r.stderr)
+        r = CliRunner().invoke(app, ["setup", "--dry-run", "--", "--host", "0.0.0.0"])
+        assert r.exit_code == 2 and "--host (in the arguments after `--`) is set by buun itself" in flat(r.stderr)
+
+    def test_a_mistyped_option_is_refused(self) -> None:
+        r = CliRunner().invoke(app, ["setup", "--dryrun"])
+        assert r.exit_code == 2 and "No such option: --dryrun" in flat(r.output)
+
+
 class TestModelsFolder:
     """The launch records the models folder it took the recipe's models from; `buun restart
     --models-dir` takes them from another one."""

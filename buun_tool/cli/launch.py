@@ -20,14 +20,12 @@ from typing import Annotated, Any
 import typer
 
 from buun_tool import paths
-from buun_tool.cli.options import ModelsDirOpt
+from buun_tool.cli.options import ModelsDirOpt, RecipeArg, recipe_and_server_flags
 from buun_tool.server import devices
 from buun_tool.server import spec as spec_mod
 
 SUPERVISION = "Supervision"
 
-RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file (default: qwen3.5-27b-dflash).",
-                                                 show_default=False)]
 NameOpt = Annotated[str | None, typer.Option("--name", help="Instance name (default: the recipe's name).")]
 ModelOpt = Annotated[Path | None, typer.Option("--model", help="Target GGUF (default: the one `buun pull` made).")]
 DraftOpt = Annotated[Path | None, typer.Option("--draft", help="DFlash drafter GGUF (default: `buun convert`'s).")]
@@ -130,10 +128,7 @@ def _bundle(
     log_keep: LogKeep = _P.log_keep, stall_timeout: StallTimeout = _P.stall_timeout,
 ) -> LaunchOptions:
     """The shared options, declared once as these parameters, bundled."""
-    if recipe is not None and recipe.startswith("-"):  # after `--` click hands the first word to RECIPE
-        recipe, extra = None, [recipe, *ctx.args]
-    else:
-        extra = list(ctx.args)
+    recipe, extra = recipe_and_server_flags(recipe, ctx.args)
     policy = spec_mod.Policy(ready_timeout, health_interval, health_timeout, health_failures, max_crashes,
                              crash_window, backoff, backoff_max, stop_timeout, int(log_max_mb * 2**20), log_keep,
                              stall_timeout)

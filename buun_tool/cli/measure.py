@@ -40,13 +40,11 @@ from rich.table import Table
 from buun_tool import bench, bench_configs, build, chart, compare, console, fit, patches, paths, recipes, report, synth
 from buun_tool.cli import fit_split
 from buun_tool.cli.launch import DraftGpuOpt, GpusOpt, RpcOpt
-from buun_tool.cli.options import ModelsDirOpt
+from buun_tool.cli.options import ModelsDirOpt, RecipeArg
 from buun_tool.errors import NotReadyError, UsageError
 from buun_tool.server import command, devices, spec
 from buun_tool.server import rpc as rpc_mod
 
-RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file (default: qwen3.5-27b-dflash).",
-                                                 show_default=False)]
 ScaleOpt = Annotated[str | None, typer.Option(
     "--scale", help="full: the real geometry; tiny: the recipe's CPU-test shrink (default: full with a GPU).",
     show_default=False)]

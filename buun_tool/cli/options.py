@@ -16,6 +16,19 @@ from buun_tool import console
 from buun_tool.errors import UsageError
 from buun_tool.server import logfile
 
+RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file (default: qwen3.5-27b-dflash).",
+                                                 show_default=False)]
+
+
+def recipe_and_server_flags(recipe: str | None, args: list[str]) -> tuple[str | None, list[str]]:
+    """A command's recipe and its flags for llama-server (the words after `--`). Click hands the
+    first word after `--` to RECIPE when no recipe precedes it, so a "recipe" that starts with
+    '-' is the first flag: `buun setup -- -c 16384` means the default recipe with -c 16384."""
+    if recipe is not None and recipe.startswith("-"):
+        return None, [recipe, *args]
+    return recipe, list(args)
+
+
 ModelsDirOpt = Annotated[Path | None, typer.Option(
     "--models-dir", show_default=False,
     help="Where models live (default: BUUN_MODELS_DIR, else ~/.local/share/buun/models).")]

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from buun_tool import console, doctor, paths, recipes
 from buun_tool import setup as setup_stage
-from buun_tool.cli.options import ModelsDirOpt
+from buun_tool.cli.options import ModelsDirOpt, RecipeArg, recipe_and_server_flags
 from buun_tool.errors import UsageError
 from buun_tool.server import command
 from buun_tool.server import spec as spec_mod
@@ -25,7 +25,7 @@ _STYLE = {"skip": "green", "run": "yellow", "check": "cyan"}
 
 def setup(
     ctx: typer.Context,
-    recipe: Annotated[str | None, typer.Argument(help="Recipe name (default: qwen3.5-27b-dflash).")] = None,
+    recipe: RecipeArg = None,
     recipe_file: Annotated[Path | None, typer.Option("--recipe-file", help="A recipe YAML file of your own.")] = None,
     models_dir: ModelsDirOpt = None,
     cpu: Annotated[bool, typer.Option("--cpu", help="Build for the CPU (machines without a GPU, CI).")] = False,
@@ -41,14 +41,15 @@ def setup(
     """Set up everything and start the server: each stage is skipped when already done.
 
     Flags after `--` go to llama-server, overriding the recipe's (e.g. `-- -c 16384`)."""
+    recipe, extra = recipe_and_server_flags(recipe, ctx.args)
     if recipe and recipe_file:
         raise UsageError("give a recipe name or --recipe-file, not both")
     r = recipes.load(str(recipe_file) if recipe_file else recipe)
     # before any stage: an open bind without a key would only be refused at the last one
-    flags = command.merge(command.recipe_flags(r.server_flags), command.parse_args(list(ctx.args)))
+    flags = command.merge(command.recipe_flags(r.server_flags), command.parse_args(extra))
     command.check_exposure(host, flags, api_key, no_api_key)
     context = setup_stage.Context(r, models_dir=paths.models_dir(models_dir), cpu=cpu, host=host, port=port,
-                                  api_key=api_key, no_api_key=no_api_key, extra=list(ctx.args))
+                                  api_key=api_key, no_api_key=no_api_key, extra=extra)
     if dry_run:
         _print_plan(context)
         return
@@ -79,4 +80,4 @@ def register(app: typer.Typer) -> None:
     from buun_tool.cli.app import PIPELINE
 
     app.command(rich_help_panel=PIPELINE,
-                context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(setup)
+                context_settings={"allow_extra_args": True})(setup)
