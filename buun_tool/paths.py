@@ -8,7 +8,13 @@ for paths; none builds another stage's paths by hand.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+# A name that becomes one folder's or file's name under buun's directories (an instance, a recipe's
+# converted drafter and its log): no '/' and no leading '.', so that it cannot point elsewhere.
+FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+FOLDER_NAME_RULE = "letters, digits, '.', '_' and '-' (up to 64), starting with a letter or digit"
 
 
 def _env_path(name: str, default: Path) -> Path:

@@ -373,6 +373,8 @@ def parse(source: Path, data: Any) -> Recipe:
     r = _Reader(source, data)
     _check_keys(r, r.data, _KEYS)
     name = r.get("name", str)
+    if not paths.FOLDER_NAME.fullmatch(name):  # it names the drafter's GGUF folder, its log, the instance
+        raise r.fail("name", paths.FOLDER_NAME_RULE, name)
     quant = r.get("quantize", str, "Q4_K_M").upper()
     if quant not in QUANT_TYPES:
         raise r.fail("quantize", f"one of {', '.join(QUANT_TYPES)}", quant)

@@ -137,6 +137,10 @@ def test_an_unknown_key_with_no_near_one_lists_the_valid_keys(tmp_path: Path):
     ("tokenizer.target_config", "./config.json", "tokenizer.target_config: expected a file's path inside"),
     ("tokenizer.files", [], "tokenizer.files: expected at least one file name"),
     ("server", ["--jinja"], "server: expected a mapping"),
+    # the name becomes the converted drafter's folder (models/gguf/NAME), its log and the instance
+    ("name", "../../../../tmp/evil", "name: expected letters, digits, '.', '_' and '-' (up to 64)"),
+    ("name", ".hidden", "name: expected letters, digits"),
+    ("name", "a b", "name: expected letters, digits"),
 ])
 def test_values_that_cannot_be_used_are_refused(tmp_path: Path, dotted: str, value: Any, expected: str):
     path = _write(tmp_path, _set(_shipped(), dotted, value))

@@ -12,7 +12,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,13 +24,10 @@ from buun_tool.errors import Exit, UsageError
 from buun_tool.fsutil import PRIVATE_FILE, private_dir, write_json_atomic
 from buun_tool.server.state import ProcRef, Record
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-
 
 def check_name(name: str) -> str:
-    if not _NAME.fullmatch(name):
-        raise UsageError(f"instance name {name!r} is not valid",
-                         "use letters, digits, '.', '_' and '-' (up to 64), starting with a letter or digit")
+    if not paths.FOLDER_NAME.fullmatch(name):
+        raise UsageError(f"instance name {name!r} is not valid", f"use {paths.FOLDER_NAME_RULE}")
     return name
 
 
@@ -146,7 +142,7 @@ def all_instances() -> list[Instance]:
     root = paths.instances_dir()
     if not root.is_dir():
         return []
-    return [Instance(d.name) for d in sorted(root.iterdir()) if d.is_dir() and _NAME.fullmatch(d.name)]
+    return [Instance(d.name) for d in sorted(root.iterdir()) if d.is_dir() and paths.FOLDER_NAME.fullmatch(d.name)]
 
 
 def pick(name: str | None, known: list[InstanceT], make: type[InstanceT], kind: str, start: str) -> InstanceT:
