@@ -18,6 +18,7 @@ models folder `buun serve` would weigh for a `-c fit` (bench pins -c unless told
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -145,14 +146,32 @@ def tree_budgets(given: str) -> list[int]:
     return list(dict.fromkeys([0] + [int(v) if int(v) > 1 else 0 for v in items]))
 
 
-def tree_configs(budgets: Sequence[int], recipe: recipes.Recipe, overrides: Overrides,
-                 models_dir: Path, synthetic: bool = True) -> list[ServerConfig]:
-    """One DFlash server per budget of the sweep (`tree`) at the servers' draft length (their
-    --draft-max, which llama-server clamps to the drafter's block less one), each resolved here,
-    so that a tree the servers' ubatch cannot hold is refused before any server runs (spec.with_tree)."""
+def draft_length(recipe: recipes.Recipe, overrides: Overrides, models_dir: Path) -> int:
+    """The DFlash servers' draft length: their --draft-max, which llama-server clamps to the
+    drafter's block less one."""
     most = recipe.geometry_at("full").drafter.block_size - 1
     given = command.option(dict(flags(recipe, DFLASH, overrides, models_dir).flags), "--draft-max")
-    out = [tree(b, min(int(given), most) if str(given).isdigit() else most, synthetic) for b in budgets]
+    return min(int(given), most) if str(given).isdigit() else most
+
+
+def check_synthetic_lengths(lengths: Sequence[float], n_max: int) -> None:
+    """Refuse, before any server runs, a --synthetic-al llama-server would refuse at load: a mean
+    acceptance length runs from 1 (every drafted token rejected) to n_max + 1 (all accepted)."""
+    for al in lengths:
+        if not math.isfinite(al) or not 1.0 <= al <= n_max + 1:
+            raise UsageError(f"--synthetic-al {al:g}: expected a mean acceptance length from 1 (every drafted token "
+                             f"rejected) to {n_max + 1} (all {n_max} drafted tokens accepted, and the target's)",
+                             "for example --synthetic-al 7.67 (the HumanEval chain's); --draft-max sets the drafted "
+                             "tokens")
+
+
+def tree_configs(budgets: Sequence[int], recipe: recipes.Recipe, overrides: Overrides,
+                 models_dir: Path, synthetic: bool = True) -> list[ServerConfig]:
+    """One DFlash server per budget of the sweep (`tree`) at the servers' draft length
+    (`draft_length`), each resolved here, so that a tree the servers' ubatch cannot hold is refused
+    before any server runs (spec.with_tree)."""
+    n_max = draft_length(recipe, overrides, models_dir)
+    out = [tree(b, n_max, synthetic) for b in budgets]
     for cfg in out:
         flags(recipe, cfg, overrides, models_dir)
     return out

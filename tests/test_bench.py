@@ -37,6 +37,17 @@ def _rgb(hex_colour: str) -> np.ndarray:
     return np.array([int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)], dtype=np.uint8)
 
 
+@pytest.mark.parametrize("args, upper", [(["0"], 16), (["17"], 16), (["nan"], 16), (["-1"], 16),
+                                         (["5", "--draft-max", "3"], 4)])
+def test_a_synthetic_length_no_server_can_feign_is_refused(args: list[str], upper: int) -> None:
+    """Before: the bench made its models and started its servers, which then failed to load
+    (llama-server refuses a length outside [1, n_max + 1])."""
+    res = CliRunner().invoke(app, ["bench", "--synthetic-al", *args])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 2 and f"--synthetic-al {args[0]}: expected a mean acceptance length from 1" in said
+    assert f"to {upper} (all {upper - 1} drafted tokens accepted" in said
+
+
 class TestPrompts:
     def test_repo_suites(self) -> None:
         for suite in ("math", "prose"):

@@ -234,6 +234,8 @@ def bench_cmd(
         where = devices.placement(r, devices.parse_gpus(gpus) if gpus else None, draft_gpu,
                                   build.find_binary("llama-server"))
     overrides = bench_configs.common(ctx, draft_max, host_sampling, shlex.split(server_args))
+    if synthetic_al:
+        bench_configs.check_synthetic_lengths(synthetic_al, bench_configs.draft_length(r, overrides, models))
     workers = _workers(rpc, r, where, overrides) if rpc else None
     # a tree that cannot be served: refused before the models; random weights accept nothing of their
     # own, so buun synth's trees feign the calibrated profile's acceptance, real models' their own
