@@ -57,7 +57,8 @@ static void launch(const float * q, const float * k, const float * v, const floa
     float * state = dst + (size_t) S_V * H * n;
     const bool shared = slots == nullptr;
     const size_t smem = tree ? gated_delta_net_tree_smem(S_V, n, 4, shared) : 0;
-    // the kernel the series launches (gdn_kernel: GGML_CUDA_GDN_BLOCKS picks its size, patch 0044)
+    // the kernel the series launches (gdn_kernel: its size by GGML_CUDA_GDN_BLOCKS and GGML_CUDA_GDN_TREE_BLOCKS,
+    // a tree's by the blocks an SM that fit, patches 0044 and 0046)
     gdn_kernel<S_V, false, false, tree>(smem, 128)<<<dim3(H, 1, S_V / 4), dim3(32, 4, 1), smem, stream>>>(
         q, k, v, g, b, s, dst, state, H, n, 1, sq1, sq2, sq3, sv1, sv2, sv3, sb1, sb2, sb3,
         init_fastdiv_values(H_QK), init_fastdiv_values(1), 1.0f / sqrtf((float) S_V), 0, 1,

@@ -7,7 +7,7 @@
 //         scripts/cuda/mmqs_bench.cu -o mmqs_bench -Xlinker --unresolved-symbols=ignore-all
 //     ./mmqs_bench [ITERS]    # CSV: type,m,k,n,variant,us,max_err_ref,max_diff_v1 (empty past 32 columns)
 //
-// MMQS_BENCH_ONLY=v2-nt3-b3-pf0-ld1,v3-nt3: those variants only, MMQS_BENCH_NS=16,23 those column
+// MMQS_BENCH_ONLY=v1,v2-nt3-b3-pf0-ld1: those variants only, MMQS_BENCH_NS=16,23 those column
 // counts, MMQS_BENCH_M=17408 the matrices of that many rows (as for a profiler's run; without v1 in
 // the list, max_diff_v1 stays empty).
 #include "mmq-small.cu" // GPU_MMQS_SRC first, then the patched tree (-I)
