@@ -1,9 +1,10 @@
-// What the standalone kernel benches of this folder share: CK, a CUDA call that must succeed, and
-// the mean time of a run of launches on one stream.
+// What the standalone kernel benches of this folder share: CK, a CUDA call that must succeed, the
+// mean time of a run of launches on one stream, and the filters a profiler's run sets.
 #pragma once
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
@@ -31,3 +32,9 @@ struct launch_timer {
         return 1000.0f * ms / iters;
     }
 };
+
+// whether the comma-separated list in the environment variable (unset: everything) holds value
+static bool env_lists(const char * var, const std::string & value) {
+    const char * list = getenv(var);
+    return list == nullptr || (std::string(",") + list + ",").find("," + value + ",") != std::string::npos;
+}

@@ -80,16 +80,11 @@ int main(int argc, char ** argv) {
     cudaStream_t stream = timer.stream;
     const char * slots_env = getenv("GDN_BENCH_SLOTS");
     const bool global_slots = slots_env != nullptr && strcmp(slots_env, "global") == 0;
-    const char * cases = getenv("GDN_BENCH_CASES");
     printf("form,n_tokens,us\n");
     for (const int tree : {0, 1}) {
         for (const int n : {1, 2, 8, 16, 17, 23, 24, 32}) {
-            if (cases != nullptr) {
-                const std::string name = std::string(tree ? "tree" : "chain") + std::to_string(n);
-                const std::string list = std::string(",") + cases + ",";
-                if (list.find("," + name + ",") == std::string::npos) {
-                    continue;
-                }
+            if (!env_lists("GDN_BENCH_CASES", std::string(tree ? "tree" : "chain") + std::to_string(n))) {
+                continue;
             }
             std::mt19937 rng(1234 + n);
             std::uniform_real_distribution<float> u(-1.0f, 1.0f);

@@ -216,12 +216,6 @@ static std::vector<variant> variants() {
     return v;
 }
 
-// whether the comma-separated list in the environment variable (unset: everything) holds value
-static bool env_lists(const char * var, const std::string & value) {
-    const char * list = getenv(var);
-    return list == nullptr || (std::string(",") + list + ",").find("," + value + ",") != std::string::npos;
-}
-
 int main(int argc, char ** argv) {
     const int iters = argc > 1 ? atoi(argv[1]) : 40;
     std::mt19937 rng(42);
