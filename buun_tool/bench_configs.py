@@ -115,10 +115,12 @@ def synthetic(al: float) -> ServerConfig:
                         Overrides(set=(("--spec-synth-len", f"{al:g}"),)), al)
 
 
-def synthetic_lengths(given: list[float] | None, sweep: bool) -> list[float]:
-    """The --synthetic-al lengths in the order given, then the sweep's that are not among them."""
+def synthetic_lengths(given: list[float] | None, sweep: bool, n_max: int | None = None) -> list[float]:
+    """The --synthetic-al lengths in the order given, then the sweep's that are not among them and
+    that a draft of n_max tokens reaches (at most n_max + 1; every one without n_max)."""
     given = list(given or [])
-    return given + [al for al in AL_SWEEP if sweep and al not in given]
+    top = float("inf") if n_max is None else n_max + 1
+    return given + [al for al in AL_SWEEP if sweep and al not in given and al <= top]
 
 
 def tree(budget: int, draft_max: int | None, synthetic: bool = True) -> ServerConfig:

@@ -39,6 +39,8 @@ class TestConfigs:
         assert bench_configs.synthetic_lengths([7.67, 2.0], sweep=True) == [7.67, 2.0, 1.0, *map(float, range(3, 11))]
         assert bench_configs.synthetic_lengths([7.67], sweep=False) == [7.67]
         assert bench_configs.synthetic_lengths(None, sweep=False) == []
+        # a draft of 3 tokens reaches AL 4 at most: the sweep stops there (a length given is checked)
+        assert bench_configs.synthetic_lengths([2.0], sweep=True, n_max=3) == [2.0, 1.0, 3.0, 4.0]
 
     def test_a_configuration_is_data_in_the_json(self) -> None:
         data = bench_configs.synthetic(3.0).to_json()

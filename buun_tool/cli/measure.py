@@ -210,7 +210,6 @@ def bench_cmd(
                          "leave out one of them")
     if against:
         build.find_upstream_binary("llama-server")  # before the models are made: say what to build first
-    synthetic_al = bench_configs.synthetic_lengths(synthetic_al, al_sweep) or None
     if tree_budget is not None and url:
         raise UsageError("--tree-budget sweeps servers buun starts itself; --url measures one running server",
                          "leave out --url (the synthetic pair is the default), or --tree-budget")
@@ -234,8 +233,10 @@ def bench_cmd(
         where = devices.placement(r, devices.parse_gpus(gpus) if gpus else None, draft_gpu,
                                   build.find_binary("llama-server"))
     overrides = bench_configs.common(ctx, draft_max, host_sampling, shlex.split(server_args))
-    if synthetic_al:
-        bench_configs.check_synthetic_lengths(synthetic_al, bench_configs.draft_length(r, overrides, models))
+    if synthetic_al or al_sweep:  # the lengths given, each one a server can feign, then the sweep's it can
+        n_max = bench_configs.draft_length(r, overrides, models)
+        bench_configs.check_synthetic_lengths(synthetic_al or [], n_max)
+        synthetic_al = bench_configs.synthetic_lengths(synthetic_al, al_sweep, n_max) or None
     workers = _workers(rpc, r, where, overrides) if rpc else None
     # a tree that cannot be served: refused before the models; random weights accept nothing of their
     # own, so buun synth's trees feign the calibrated profile's acceptance, real models' their own
