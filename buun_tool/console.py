@@ -10,6 +10,7 @@ in them: there the width has no limit, and every line keeps its length.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from rich.console import Console, ConsoleDimensions
@@ -33,13 +34,25 @@ out = _Console(highlight=False, soft_wrap=True)
 err = _Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+# C0 controls but tab and newline, DEL and C1 controls. Lines of a server's log carry text its clients
+# chose (llama-server's warnings quote fields of a request); rich passes ESC through, so such a line
+# printed as it is could drive the terminal: move the cursor, rewrite what is shown, set the title.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character shown as `\\xNN` instead of sent to the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def labelled(label: str, style: str, message: str) -> Text:
-    """`label message` with only the label styled; the message is never read as markup."""
-    return Text.assemble((label, style), " ", message)
+    """`label message` with only the label styled; the message is never read as markup, nor sent
+    to the terminal as control characters (an error may quote a server's output)."""
+    return Text.assemble((label, style), " ", printable(message))
 
 
 def info(message: str) -> None:
-    err.print(Text(message))
+    err.print(Text(printable(message)))
 
 
 def step(message: str) -> None:

@@ -197,6 +197,27 @@ class TestLogFile:
         log.close()
         assert seen == [f"new line {i} ...." for i in range(6)]
 
+    def test_logs_show_control_characters_instead_of_sending_them(self, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+        """A client's text that llama-server logs (a warning quoting a request field) must not reach
+        the terminal as escape sequences when the owner runs `buun logs`: clear the screen, set the
+        title, erase with backspaces."""
+        from buun_tool.cli.options import show_log
+
+        path = tmp_path / "server.log"
+        evil = "srv  warn: unsupported Responses tool type '\x1b[2J\x1b]0;owned\x07\x08\x08fake line\x9b1m' skipped"
+        path.write_text("normal line\n" + evil + "\n")
+        show_log(path, "instance x", 10, follow=False)
+        out = capsys.readouterr().out
+        assert out.splitlines() == [
+            "normal line",
+            "srv  warn: unsupported Responses tool type '\\x1b[2J\\x1b]0;owned\\x07\\x08\\x08fake line\\x9b1m' skipped"]
+        assert not any(c in out for c in "\x1b\x07\x08\x9b")
+        # an error or warning that quotes such a line (a crash's last lines) is shown the same way
+        from buun_tool import console
+        assert console.labelled("error:", "bold red", "died:\n  \x1b]0;owned\x07").plain == \
+            "error: died:\n  \\x1b]0;owned\\x07"
+
 
 def test_gpu_parsing() -> None:
     assert gpu.parse_apps("1234, 20100\n99, 10\nbad\n1234, 5\n") == {1234: 20105, 99: 10}

@@ -39,14 +39,15 @@ LinesOpt = Annotated[int, typer.Option("--lines", "-n", help="How many of the la
 
 def show_log(path: Path, owner: str, lines: int, follow: bool) -> None:
     """The last lines of a supervised program's log (`owner` names it in the error), then, with
-    `follow`, each new line until Ctrl-C."""
+    `follow`, each new line until Ctrl-C; control characters (a client's ESC sequences that the
+    server logged) are shown, not sent to the terminal."""
     if not path.exists() and not follow:
         raise UsageError(f"{owner} has no log yet ({path})")
     for line in logfile.tail(path, lines):
-        console.out.print(line, markup=False, highlight=False)
+        console.out.print(console.printable(line), markup=False, highlight=False)
     if follow:
         try:
             for line in logfile.follow(path):
-                console.out.print(line, markup=False, highlight=False)
+                console.out.print(console.printable(line), markup=False, highlight=False)
         except KeyboardInterrupt:
             pass
