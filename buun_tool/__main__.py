@@ -7,6 +7,9 @@ from buun_tool.errors import exit_interrupted
 
 def main() -> None:
     try:
+        from buun_tool.cmdline import mask_secrets
+
+        mask_secrets()  # `buun serve --api-key KEY` lives as long as its server: off `ps` at once
         from buun_tool.cli.app import main as cli_main
 
         cli_main()

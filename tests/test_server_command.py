@@ -4,12 +4,15 @@ managed and secret flags, and `buun serve --print-cmd` through the CLI."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import paths
+from buun_tool import cmdline, paths
 from buun_tool.cli.app import app
 from buun_tool.errors import NotReadyError, UsageError
 from buun_tool.server import command, spec
@@ -137,6 +140,33 @@ class TestManagedAndSecrets:
         env = spec.child_env("k2")
         assert env["LLAMA_API_KEY"] == "k2" and "BUUN_API_KEY" not in env
         assert "LLAMA_API_KEY" not in spec.child_env(None)
+
+    def test_secret_values_on_our_own_command_line_are_found_in_any_spelling(self) -> None:
+        args = [b"buun", b"serve", b"--api-key", b"k1", b"--", b"-c", b"8", b"--api_key=k2", b"-hft", b"t",
+                b"--api-key-file", b"/f", b"--hf-token"]
+        assert cmdline.secret_spans(args) == [(3, 0, 2), (7, 10, 12), (9, 0, 1)]
+
+    @pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="Linux /proc")
+    def test_an_api_key_on_buuns_command_line_is_masked_for_ps(self) -> None:
+        """`buun serve --api-key KEY` runs as long as its server: every user of the machine reads
+        its arguments (/proc/PID/cmdline). buun masks the key there on start; the CLI still reads it."""
+        key, token = "hunter2-" + os.urandom(6).hex(), "hf_" + os.urandom(6).hex()
+        stand_in = ("import sys, time, buun_tool.cli.app as a\n"
+                    "a.main = lambda: (print(sys.argv, flush=True), time.sleep(30))\n"
+                    "from buun_tool.__main__ import main\nmain()\n")
+        argv = [sys.executable, "-c", stand_in, "serve", "--api-key", key, "--", f"--hf-token={token}"]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+        try:
+            assert proc.stdout is not None
+            seen_by_buun = proc.stdout.readline()
+            seen_by_others = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        finally:
+            proc.kill()
+            proc.wait()
+        assert key in seen_by_buun and token in seen_by_buun
+        assert key.encode() not in b" ".join(seen_by_others) and token.encode() not in b" ".join(seen_by_others)
+        assert seen_by_others[-5:] == [b"--api-key", b"*" * len(key), b"--", b"--hf-token=" + b"*" * len(token), b""]
 
     @pytest.mark.parametrize("host,loop", [("127.0.0.1", True), ("::1", True), ("localhost", True),
                                            ("/tmp/s.sock", True), ("0.0.0.0", False), ("192.168.1.2", False)])

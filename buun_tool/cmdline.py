@@ -1,0 +1,62 @@
+"""Secrets on buun's own command line, masked where other users read it.
+
+`buun serve --api-key KEY` runs for as long as the server does, and every user of the machine
+reads a process's arguments (/proc/PID/cmdline: `ps`, `top`). buun hands the key on through the
+environment (command.SECRET_ENV), which only its owner reads; `mask_secrets` overwrites the
+values of the secret flags in this process's own argument memory with `*`, first thing on start,
+so that they show only for the moment the interpreter takes to start. Python keeps its own copy
+of the arguments (sys.argv), which the commands still parse. Linux only; elsewhere, or where the
+kernel refuses the write, nothing changes (BUUN_API_KEY keeps a key off the command line).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from buun_tool.server.command import SECRET_FLAGS, canonical
+
+
+def secret_spans(args: Sequence[bytes]) -> list[tuple[int, int, int]]:
+    """(argument index, first byte, end byte) of each secret value among `args`: the argument after
+    a secret flag in any spelling (`--api-key KEY`, `-- -hft TOKEN`), or the part after `=`
+    (`--api-key=KEY`)."""
+    spans = []
+    for i, arg in enumerate(args):
+        name, eq, _ = arg.partition(b"=")
+        text = name.decode("utf-8", "replace")
+        if eq and text.startswith("--") and canonical(text) in SECRET_FLAGS:
+            spans.append((i, len(name) + 1, len(arg)))
+        elif not eq and canonical(text) in SECRET_FLAGS and i + 1 < len(args):
+            spans.append((i + 1, 0, len(args[i + 1])))
+    return spans
+
+
+def mask_secrets(proc: str = "/proc/self") -> bool:
+    """Overwrite the secret values in this process's command line (as /proc/PID/cmdline shows it)
+    with `*`. False when it could not (not Linux, a kernel that refuses)."""
+    try:
+        with open(f"{proc}/stat", "rb") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(b")") + 2:].split()  # after the command name: field 3 onwards
+        arg_start, arg_end = int(fields[48 - 3]), int(fields[49 - 3])
+        with open(f"{proc}/cmdline", "rb") as f:
+            raw = f.read()
+    except (OSError, ValueError, IndexError):
+        return False
+    if len(raw) != arg_end - arg_start:  # the arguments were moved (a setproctitle): not ours to write
+        return False
+    args = raw.split(b"\0")
+    spans = secret_spans(args)
+    if not spans:
+        return True
+    starts = [0]
+    for a in args:
+        starts.append(starts[-1] + len(a) + 1)
+    try:
+        with open(f"{proc}/mem", "r+b", buffering=0) as mem:
+            for i, first, end in spans:
+                mem.seek(arg_start + starts[i] + first)
+                mem.write(b"*" * (end - first))
+    except OSError:
+        return False
+    return True
