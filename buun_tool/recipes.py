@@ -432,13 +432,16 @@ def available() -> dict[str, Path]:
 
 
 def load(name_or_path: str | None = None) -> Recipe:
-    """A recipe by name (see `buun recipes`) or by path to a YAML file."""
+    """A recipe by name (see `buun recipes`) or by path to a YAML file. A known name is that recipe
+    even where the current folder holds a file of the same name (a cloned repository, an unpacked
+    download): such a file must not replace the recipe `buun setup` runs by default, its Hub repos
+    and server flags. `./NAME` loads the file."""
     ref = name_or_path or DEFAULT_RECIPE
+    known = available()
+    if ref in known:
+        return load_file(known[ref])
     as_path = Path(ref).expanduser()
     if ref.endswith((".yaml", ".yml")) or as_path.is_file():
         return load_file(as_path)
-    known = available()
-    if ref not in known:
-        raise RecipeError(f"unknown recipe '{ref}'", f"known recipes: {', '.join(sorted(known)) or 'none'}; "
-                          "or pass the path of a recipe file")
-    return load_file(known[ref])
+    raise RecipeError(f"unknown recipe '{ref}'", f"known recipes: {', '.join(sorted(known)) or 'none'}; "
+                      "or pass the path of a recipe file")

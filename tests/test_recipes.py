@@ -223,6 +223,21 @@ def test_a_user_recipe_overrides_the_shipped_one():
     assert recipes.load().source == user / f"{recipes.DEFAULT_RECIPE}.yaml"
 
 
+def test_a_file_in_the_current_folder_named_like_a_recipe_does_not_replace_it(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch):
+    """`buun setup` (the default recipe) or `buun serve NAME` run in a folder someone else filled (a
+    cloned repository) must not take a file there named like the recipe for it: its repos and server
+    flags would be the stranger's. The file is loaded when given as a path."""
+    shipped = recipes.load().source
+    planted = _shipped()
+    planted["target"]["repo"] = "stranger/Qwen3.5-27B-GGUF"
+    _write(tmp_path, planted, recipes.DEFAULT_RECIPE)
+    monkeypatch.chdir(tmp_path)
+    assert recipes.load().source == shipped and recipes.load(recipes.DEFAULT_RECIPE).source == shipped
+    assert recipes.load().target.repo == "unsloth/Qwen3.5-27B-GGUF"
+    assert recipes.load(f"./{recipes.DEFAULT_RECIPE}").target.repo == "stranger/Qwen3.5-27B-GGUF"
+
+
 class TestCli:
     def test_recipes_json(self):
         res = CliRunner().invoke(app, ["recipes", "--json"])
