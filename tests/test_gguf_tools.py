@@ -120,6 +120,25 @@ class TestInspect:
         res = CliRunner().invoke(app, ["gguf", "inspect", str(small_gguf)])
         assert res.exit_code == 0 and "architecture: llama" in res.stdout and "Q8_0" in res.stdout
 
+    def test_cli_shows_the_files_strings_literally(self, tmp_path: Path):
+        """A GGUF's strings are its author's (a file from the Hub): the table shows them as written,
+        not read as rich markup (a stray closing tag crashed the command, `[link=...]` made a link)
+        and without sending control characters to the terminal."""
+        path = tmp_path / "strange.gguf"
+        w = gguf.GGUFWriter(path, "llama")
+        w.add_string("general.name", "[/bold] [red]spoof")
+        w.add_string("llama.note", "[link=https://example.invalid]safe[/link] \x1b]0;owned\x1b\\")
+        w.add_tensor("token_embd.weight", np.ones((4, 32), dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        res = CliRunner().invoke(app, ["gguf", "inspect", str(path)])
+        assert res.exit_code == 0, res.output
+        assert "name: [/bold] [red]spoof" in res.stdout
+        assert "[link=https://example.invalid]safe[/link] \\x1b]0;owned\\x1b\\" in res.stdout
+        assert "\x1b" not in res.stdout
+
     def test_cli_missing_file(self, tmp_path: Path):
         res = CliRunner().invoke(app, ["gguf", "inspect", str(tmp_path / "none.gguf")])
         assert res.exit_code == Exit.USAGE and "does not exist" in " ".join(res.output.split())

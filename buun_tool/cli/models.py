@@ -110,22 +110,31 @@ gguf_app = typer.Typer(help="Inspect GGUF files; migrate buun-fork drafters to u
                        no_args_is_help=True)
 
 
+def _literal(value: Any) -> Text:
+    """A value read from a GGUF (a file from anywhere: its keys, names and strings are the author's),
+    shown as it is: neither rich markup (`[link=...]`, a stray `[/]` that would crash the command)
+    nor control characters reach the terminal."""
+    return Text(console.printable(str(value)))
+
+
 def _show_inspect(info: dict[str, Any]) -> None:
     out = console.out
-    out.print(f"[bold]{info['file']}[/]  {_size(info['size'])}, GGUF v{info['version']}")
-    out.print(f"architecture: [bold]{info['architecture']}[/]   file type: {info['file_type'] or '-'}   "
-              f"name: {info['general'].get('name', '-')}")
+    out.print(Text.assemble((console.printable(info["file"]), "bold"), f"  {_size(info['size'])}, "
+                            f"GGUF v{info['version']}"))
+    out.print(Text.assemble("architecture: ", (console.printable(str(info["architecture"])), "bold"),
+                            f"   file type: {info['file_type'] or '-'}   name: ",
+                            _literal(info["general"].get("name", "-"))))
     for title, key in (("hyperparameters", "hparams"), ("tokenizer", "tokenizer"), ("other keys", "other")):
         if info[key]:
             table = Table(title=title, title_justify="left", box=None, show_header=False)
             table.add_column(style="cyan")
             table.add_column()
             for k, v in info[key].items():
-                table.add_row(k, str(v))
+                table.add_row(_literal(k), _literal(v))
             out.print(table)
     t = info["tensors"]
-    out.print(f"tensors: {t['count']} ({t['parameters']:,} parameters), {t['layers']} layer(s); "
-              f"global: {', '.join(t['global']) or '-'}")
+    out.print(_literal(f"tensors: {t['count']} ({t['parameters']:,} parameters), {t['layers']} layer(s); "
+                       f"global: {', '.join(t['global']) or '-'}"))
     table = Table(title="size by type", title_justify="left", box=None)
     for col in ("type", "tensors", "size"):
         table.add_column(col)
@@ -133,7 +142,7 @@ def _show_inspect(info: dict[str, Any]) -> None:
         table.add_row(name, str(e["count"]), _size(e["bytes"]))
     out.print(table)
     if t["per_layer"]:
-        out.print("per layer: " + ", ".join(f"{k} x{n}" for k, n in t["per_layer"].items()))
+        out.print(_literal("per layer: " + ", ".join(f"{k} x{n}" for k, n in t["per_layer"].items())))
 
 
 @gguf_app.command("inspect")
