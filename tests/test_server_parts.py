@@ -218,6 +218,22 @@ class TestLogFile:
         assert console.labelled("error:", "bold red", "died:\n  \x1b]0;owned\x07").plain == \
             "error: died:\n  \\x1b]0;owned\\x07"
 
+    def test_status_shows_what_the_server_said_without_its_control_characters(self) -> None:
+        """`buun status` quotes the server: its /health answer, a crash's message. Those are the
+        server's words (a remote one's with --host), shown as text like the log."""
+        from buun_tool import console
+        from buun_tool.cli import server as server_cli
+        from buun_tool.server import control
+
+        r = Record("x", "run", State.READY, last_crash="exited: \x1b[2J\x1b[Hall good")
+        st = control.InstanceStatus("x", State.READY, True, r,
+                                    probes=control.Probes("ok \x1b]0;owned\x07", None, None, None))
+        with console.out.capture() as cap:
+            server_cli._print_status(st)
+        out = cap.get()
+        assert "\x1b" not in out and "\x07" not in out
+        assert "exited: \\x1b[2J\\x1b[Hall good" in out and "ok \\x1b]0;owned\\x07" in out
+
 
 def test_gpu_parsing() -> None:
     assert gpu.parse_apps("1234, 20100\n99, 10\nbad\n1234, 5\n") == {1234: 20105, 99: 10}

@@ -167,7 +167,7 @@ def _print_status(st: control.InstanceStatus) -> None:
 
     def row(label: str, value: Any) -> None:
         if value not in (None, "", []):
-            out.print(f"  {label:<10} {value}", markup=False)
+            out.print(console.printable(f"  {label:<10} {value}"), markup=False)
 
     live = st.state != State.STOPPED
     row("phase", r.phase if r else None)

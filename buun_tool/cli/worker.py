@@ -104,7 +104,7 @@ def _print(st: worker_mod.WorkerStatus) -> None:
 
     def row(label: str, value: Any) -> None:
         if value not in (None, "", []):
-            out.print(f"  {label:<10} {value}", markup=False)
+            out.print(console.printable(f"  {label:<10} {value}"), markup=False)
 
     row("address", st.address)
     row("pid", f"{st.pid} (supervisor {r.supervisor.pid})" if st.pid and r and r.supervisor else st.pid)
