@@ -100,6 +100,11 @@ def test_port_in_use_names_the_holder(buun: Buun) -> None:
     text = " ".join(r.stderr.split())
     assert f"port {port} on 127.0.0.1 is in use by pid {os.getpid()}" in text and "--port" in text
     assert_none_left(buun)
+    # refused before anything ran: no instance "busy" is left for status to list as stopped, nor for
+    # `buun logs` / `buun stop` without a name to trip on ("more than one instance")
+    assert not (buun.state_dir / "instances" / "busy").exists()
+    r = buun("status")
+    assert r.returncode == 0 and "busy" not in r.stdout + r.stderr and "no server instances" in r.stderr, r.stderr
 
 
 def test_port_taken_by_another_instance_names_it(buun: Buun) -> None:

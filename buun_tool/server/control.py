@@ -9,6 +9,7 @@ starts and hands the locked fd down to a detached supervisor, so two launches ca
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -85,11 +86,17 @@ def launch(spec: LaunchSpec, api_key: str | None, *, foreground: Listener | None
     check_exposure(spec, api_key)
     spec.check_files()
     inst = Instance(spec.name)
+    new = not inst.dir.exists()
     fd = inst.try_lock()
     if fd is None:
         raise busy_error(inst)
     try:
-        check_port(spec)
+        try:
+            check_port(spec)
+        except BuunError:
+            if new:  # refused before anything ran: no instance is left that `buun status` would list
+                shutil.rmtree(inst.dir, ignore_errors=True)
+            raise
         inst.write_spec(spec.to_json())
         if foreground is not None:
             Supervisor(spec, inst, api_key, foreground).run()
