@@ -485,11 +485,13 @@ class ContextChoice:
 
 
 def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: bool, models_dir: Path,
-                   gpus: list[build.Gpu] | None = None, draft: int | None = None) -> ContextChoice:
+                   gpus: list[build.Gpu] | None = None, draft: int | None = None,
+                   cpu_build: bool = False) -> ContextChoice:
     """-c from the merged llama-server flags: a number given on the command line or pinned by the
     recipe is kept; `fit` (or none) is the largest context `buun fit` finds for the GPU here, with
     the flags' KV types, draft and batch sizes and the models in `models_dir` (as `buun fit
-    --models-dir` weighs them); without a GPU (or with -ngl 0), FitFlags' default. With `draft`
+    --models-dir` weighs them); without a GPU (or with -ngl 0, or a `cpu_build` of llama-server,
+    which runs on no card whatever nvidia-smi lists), FitFlags' default. With `draft`
     (the drafter's card, a position in `gpus`), several `gpus` are a layer split (split.py)."""
     given = command.option(flags, "-c", FIT)
     if str(given) != FIT:
@@ -506,6 +508,9 @@ def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: 
     ngl = str(command.option(flags, "-ngl", "99"))
     if ngl == "0":
         return ContextChoice(default, f"-ngl 0, nothing on a GPU: buun's default{each}")
+    if cpu_build:  # the cache would be in host memory, sized for the card's
+        return ContextChoice(default, f"a CPU build of llama.cpp, nothing on a GPU: buun's default{each}; "
+                             "`buun build --cuda` builds for the card")
     gpus = build.detect_gpus() if gpus is None else gpus
     if not gpus:
         return ContextChoice(default, f"no GPU found to fit: buun's default{each}")

@@ -270,7 +270,8 @@ def plan(ctx: Context) -> list[PlanRow]:
     # (the recipe's server.gpus included: the cards' environment and split flags)
     where = devices.placement(ctx.recipe, None, None, Path(binary))
     resolved = spec_mod.launch_flags(ctx.recipe, command.parse_args(_server_args(ctx)), [],
-                                     "the arguments after `--`", ctx.models_dir, where=where)
+                                     "the arguments after `--`", ctx.models_dir, where=where,
+                                     cpu_build=build.variant_of(Path(binary)) == "cpu")
     argv = command.server_argv(binary, str(lay.target_gguf), str(lay.drafter_gguf()), ctx.host, ctx.port,
                                resolved.flags, alias=ctx.recipe.name)
     key = ctx.api_key or resolved.secrets.get("--api-key")

@@ -235,6 +235,17 @@ class TestRefusals:
         assert r.exit_code == 2 and "is a CPU build, which runs on no card" in flat(r.stderr)
         assert "buun build --cuda" in flat(r.stderr)
 
+    def test_a_cpu_build_gets_the_default_context(self, two_cards: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+        """A CPU build runs on no card: its -c is buun's default, not what fits the card nvidia-smi
+        lists (111104 tokens of KV cache in host memory for a 24 GiB card), in serve and setup's plan."""
+        monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(fake_build(tmp_path / "other", "cpu")))
+        s, _ = spec.resolve(None, **GIVEN)
+        assert value(s.argv, "-c") == str(fit.FitFlags().ctx)
+        assert s.context and "a CPU build of llama.cpp" in s.context["why"]
+        r = CliRunner().invoke(app, ["setup", "--dry-run", "--models-dir", "/m"])
+        assert r.exit_code == 0 and f"-c {fit.FitFlags().ctx} " in flat(r.stdout), r.output
+
     def test_bench_runs_what_serve_runs_on_the_cards(self, two_cards: Path) -> None:
         """`buun bench --gpus 0,1` (or the recipe's server.gpus) gives every server serve's split."""
         r = recipes.load()

@@ -159,7 +159,8 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
     endpoints = rpc.parse(workers) if workers else []
     check_one_split(endpoints, where)
     resolved = launch_flags(recipe, command.parse_args(extra or []), drops or [], "the arguments after `--`",
-                            models_dir, tree_budget, slots, where, endpoints)
+                            models_dir, tree_budget, slots, where, endpoints,
+                            cpu_build=build.variant_of(binary) == "cpu")
     flags, secrets, context = resolved.flags, resolved.secrets, resolved.context
     if not 0 < port < 65536:
         raise UsageError(f"--port {port}: expected 1..65535")
@@ -217,14 +218,16 @@ class Flags:
 
 def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str], source: str,
                  models_dir: Path, tree_budget: int | None = None, slots: int | None = None,
-                 where: devices.Placement | None = None, workers: list[rpc.Endpoint] | None = None) -> Flags:
+                 where: devices.Placement | None = None, workers: list[rpc.Endpoint] | None = None,
+                 cpu_build: bool = False) -> Flags:
     """The flags of every server buun runs for a recipe, `buun serve`'s and each `buun bench`
     configuration's: the recipe's, with `overrides` in the place of the recipe's flag of the same
     option (or added) and `drops` left out, secrets taken out, the tree's flags settled
     (with_tree; a dropped --spec-tree-budget is the chain), the slots' (with_slots), -c decided
     (with_context, weighing the models in `models_dir`) and, on the cards `where` names, the split
     (devices.with_split). `workers` come first, as `--rpc`: llama-server must know them before it
-    reads a device name (-dev, -devd).
+    reads a device name (-dev, -devd). A `cpu_build` llama-server gets buun's default -c, not
+    what fits the card nvidia-smi lists.
     `source` names where the overrides came from, for the error of a flag buun sets itself."""
     base = command.recipe_flags(recipe.server_flags)
     command.check_unmanaged(base, f"the recipe {recipe.source}")
@@ -238,7 +241,7 @@ def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str]
         tree_budget = 0  # no tree flag, not even the recipe's server.tree
     flags = with_tree(recipe, flags, overrides, tree_budget)
     flags = with_slots(recipe, flags, overrides, slots)
-    flags, context = with_context(recipe, flags, overrides, models_dir, where)
+    flags, context = with_context(recipe, flags, overrides, models_dir, where, cpu_build)
     if where is None:
         return Flags(flags, secrets, context, _kept(base, overrides))
     flags, placed = devices.with_split(recipe, flags, where, context.value, models_dir)
@@ -284,7 +287,8 @@ def check_exposure(spec: LaunchSpec, api_key: str | None) -> None:
 
 
 def with_context(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag], models_dir: Path,
-                 where: devices.Placement | None = None) -> tuple[list[Flag], fit.ContextChoice]:
+                 where: devices.Placement | None = None, cpu_build: bool = False
+                 ) -> tuple[list[Flag], fit.ContextChoice]:
     """The flags with -c decided (fit.choose_context): the command line's, the recipe's pinned
     number, or the largest that fits the GPU here (the cards `where` names: split by layers over
     several; weighing the models in `models_dir`); in the recipe's place, or added."""
@@ -292,7 +296,7 @@ def with_context(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag
     choice = fit.choose_context(recipe, {n: True if v is None else v for n, v in flags},
                                 from_command_line=any(command.canonical(n) == "-c" for n, _ in overrides),
                                 models_dir=models_dir, gpus=cards,
-                                draft=None if where is None else where.draft_position)
+                                draft=None if where is None else where.draft_position, cpu_build=cpu_build)
     at = next((i for i, (n, _) in enumerate(flags) if command.canonical(n) == "-c"), None)
     if at is None:
         return [*flags, ("-c", str(choice.value))], choice
