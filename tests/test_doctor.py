@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from buun_tool import build, vendor
 from buun_tool.cli.app import app
 
 
@@ -23,3 +24,28 @@ def test_the_disk_check_looks_where_the_models_go(tmp_path: Path, monkeypatch: p
     assert f"free at {disk}," in _disk("--models-dir", str(disk / "models"))
     monkeypatch.setenv("BUUN_MODELS_DIR", str(disk))
     assert f"free at {disk}," in _disk()
+
+
+def _build_check(build_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    monkeypatch.setenv("BUUN_BUILD_DIR", str(build_dir))
+    r = CliRunner().invoke(app, ["doctor", "--cpu", "--json"])
+    return next(c for c in json.loads(r.stdout)["checks"] if c["name"] == "build (cpu)")
+
+
+def test_a_stale_build_is_not_ok(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build's line is the build stage's own answer (what `buun setup` and `buun build` judge),
+    not "a stamp exists": a tree patched since the build warns, with the command that rebuilds it."""
+    p = build.plan(cpu=True, ui="none")
+    stamp = build._stamp_for(p, vendor.require_vendored())
+    folder = tmp_path / "build"
+    (folder / "cpu" / "bin").mkdir(parents=True)
+    for name in p.targets:
+        (folder / "cpu" / "bin" / name).touch()
+    (folder / "cpu" / build.STAMP).write_text(json.dumps(stamp))
+    assert _build_check(folder, monkeypatch)["status"] == "ok"
+
+    (folder / "cpu" / build.STAMP).write_text(json.dumps({**stamp, "source": {"tree": "0" * 40}}))
+    check = _build_check(folder, monkeypatch)
+    assert check["status"] == "warn", check
+    assert "is stale: changed since the cpu build: the patched source tree" in check["detail"]
+    assert "buun build --cpu" in check["fix"]
