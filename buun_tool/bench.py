@@ -39,7 +39,7 @@ import requests
 
 from buun_tool import bench_configs, build, console, figures, patches, paths, recipes, vendor
 from buun_tool.bench_configs import Overrides, ServerConfig, configs
-from buun_tool.errors import BuunError, NotReadyError, UsageError
+from buun_tool.errors import BuunError, Exit, NotReadyError, UsageError
 from buun_tool.server import devices, gpu, metrics, process
 from buun_tool.server.health import Probe
 from buun_tool.server.local import LocalServer
@@ -347,6 +347,27 @@ def _run_config(cfg: ServerConfig, binary: Path, suites: dict[str, list[Prompt]]
             else:
                 samples = _run_requests(server.url, cfg.name, suites, opts)
     return ConfigRun(cfg, argv, mem.peak, mem.baseline, samples, groups)
+
+
+def check_url(url: str) -> str:
+    """--url, once a llama-server answers its /health there: before the run, so that a server not
+    started (or a URL without its http://) is said in one line instead of a failed request's
+    traceback text."""
+    if not url.startswith(("http://", "https://")):
+        raise UsageError(f"--url {url}: expected the server's address with its scheme, such as http://{url}")
+    probe = Probe(url, timeout=10)
+    try:
+        health = probe.health()
+    finally:
+        probe.close()
+    if health.detail == "loading model":
+        raise BuunError(f"the server at {url} is still loading its model",
+                        "wait until `buun status` says ready, then run the same command again", Exit.NOT_READY)
+    if not health.ok and not health.detail.startswith("HTTP"):  # another HTTP answer: the requests say more
+        raise BuunError(f"no server answers at {url} ({health.detail})",
+                        "start one (`buun start`; `buun status` shows its endpoint), or leave out --url to bench "
+                        "servers buun starts itself", Exit.NETWORK)
+    return url.rstrip("/")
 
 
 def _run_external(suites: dict[str, list[Prompt]], opts: BenchOptions) -> ConfigRun:

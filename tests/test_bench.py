@@ -91,6 +91,22 @@ def test_counts_that_mean_nothing_are_refused(args: list[str]) -> None:
     assert f"Invalid value for '{args[1]}'" in said and "greater than or equal to" in said
 
 
+def test_a_url_where_no_server_answers_says_so(tmp_path: Path) -> None:
+    """Before: the first request's failure, as requests words it ("Max retries exceeded ... [Errno 111]";
+    "No connection adapters were found" without http://), exit 1, with an empty run folder made."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed below: nothing listens there
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["bench", "--url", f"http://127.0.0.1:{port}", "--out", str(out)])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 4, res.output
+    assert f"no server answers at http://127.0.0.1:{port} (connection refused)" in said and "buun start" in said
+    assert not out.exists()
+    res = CliRunner().invoke(app, ["bench", "--url", f"127.0.0.1:{port}", "--out", str(out)])
+    assert res.exit_code == 2 and f"such as http://127.0.0.1:{port}" in " ".join(res.output.split()), res.output
+
+
 class TestTreeSweep:
     """`buun bench --tree-budget 8,16,22,32`: the chain and one server per budget, each fed the
     calibrated tree profile, with the AL the profile expects recorded beside each."""

@@ -223,6 +223,8 @@ def bench_cmd(
                          "leave out one of them")
     r = recipes.load(recipe)
     models = paths.models_dir(models_dir)
+    if url:
+        url = bench.check_url(url)
     if recipe_models:
         if target or drafter or url or scale:
             raise UsageError("--recipe-models benches the recipe's pair: it takes no --target, --drafter, --url "
