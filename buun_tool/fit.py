@@ -495,6 +495,9 @@ def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: 
     (the drafter's card, a position in `gpus`), several `gpus` are a layer split (split.py)."""
     given = command.option(flags, "-c", FIT)
     if str(given) != FIT:
+        if given is True:  # `-- -c` with no number after it
+            raise UsageError("-c without a value: expected a number of tokens",
+                             "such as `-- -c 16384`, or leave it out for the largest context that fits")
         if not str(given).isdigit():
             raise UsageError(f"-c {given}: expected a number of tokens, or `fit` in a recipe")
         return ContextChoice(int(given), "set on the command line" if from_command_line

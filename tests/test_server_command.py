@@ -228,6 +228,11 @@ class TestPrintCmd:
             "-c 6048 -cd 256 -fa on -b 256 -ub 64 --draft-max 16 --draft-min 1 --jinja --backend-sampling "
             "-np 1 --alias qwen3.5-27b-dflash --host 127.0.0.1 --port 8080 --metrics")  # -np: server.slots
 
+    def test_a_context_without_its_number(self, fake_bin: Path) -> None:
+        r = self.run("--", "-c")  # before: "-c True: expected a number of tokens"
+        assert r.exit_code == 2 and "-c without a value: expected a number of tokens" in flat(r.stderr), r.output
+        assert "True" not in r.stderr
+
     def test_backend_sampling_dropped_in_either_spelling(self, fake_bin: Path) -> None:
         for spelling in ("--backend-sampling", "-bs"):
             r = self.run("--drop", spelling)
