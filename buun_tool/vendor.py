@@ -82,11 +82,19 @@ def is_trimmed(rel: str, patterns: list[str]) -> bool:
     return False
 
 
+def _member_name(name: str) -> str:
+    """A member's path without a leading `./` (tar's spelling of the archive's root); a dotfile's
+    dot stays (`.clang-format`, `.github/`: `git archive` puts them at the top)."""
+    while name.startswith("./"):
+        name = name[2:]
+    return name
+
+
 def _extract(tar: tarfile.TarFile, prefix: str, dest: Path, trim: list[str]) -> int:
     """Extract members under `prefix` into dest, without the prefix and without trimmed paths."""
     members = []
     for m in tar.getmembers():
-        name = m.name.lstrip("./")
+        name = _member_name(m.name)
         if not name.startswith(prefix) or name == prefix.rstrip("/"):
             continue
         rel = name[len(prefix):]
@@ -167,7 +175,7 @@ def _fetch_archive(pin: Pin, dest: Path, archive: Path | None) -> None:
     if not archive.is_file():
         raise UsageError(f"archive {archive} does not exist")
     with tarfile.open(archive) as tar:
-        tops = {m.name.lstrip("./").split("/")[0] for m in tar.getmembers() if m.name.strip("./")}
+        tops = {_member_name(m.name).split("/")[0] for m in tar.getmembers() if _member_name(m.name) not in ("", ".")}
         prefix = f"{tops.pop()}/" if len(tops) == 1 else ""
         _extract(tar, prefix, dest, pin.trim)
 

@@ -14,6 +14,8 @@ import yaml
 
 FILES = {
     "CMakeLists.txt": "project(fake)\n",
+    ".clang-format": "BasedOnStyle: LLVM\n",  # upstream's dotfiles are part of the pinned tree
+    ".github/workflows/build.yml": "on: push\n",
     "common/arg.cpp": "".join(f"int option_{i} = {i};\n" for i in range(40)),
     "common/speculative.cpp": "".join(f"// line {i}\n" for i in range(40)),
     "scripts/build.sh": "#!/bin/sh\necho build\n",
@@ -77,7 +79,8 @@ def fake_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeProject
     commit = run("git", "-C", str(upstream), "rev-parse", "HEAD")
     archive = tmp_path / "llama-src.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
-        tar.add(upstream, arcname="llama.cpp", filter=lambda ti: None if "/.git" in ti.name else ti)
+        tar.add(upstream, arcname="llama.cpp",
+                filter=lambda ti: None if ti.name == "llama.cpp/.git" or ti.name.startswith("llama.cpp/.git/") else ti)
     root = tmp_path / "checkout"
     (root / "vendor").mkdir(parents=True)
     (root / "patches").mkdir()

@@ -28,6 +28,14 @@ def test_git_source_gives_trimmed_baseline(fake_project: FakeProject) -> None:
     assert run("git", "-C", str(llama), "rev-parse", "buun-baseline^{tree}") == vendor.load_pin().tree
 
 
+def test_git_source_keeps_dotfiles(fake_project: FakeProject) -> None:
+    # `git archive` names top-level members without a folder (.clang-format, .github/...): their
+    # leading dot is part of the name, or the tree never matches the pin's hash
+    assert vendor.vendor(source="git").at_pin
+    assert (fake_project.llama / ".clang-format").is_file()
+    assert (fake_project.llama / ".github" / "workflows" / "build.yml").is_file()
+
+
 def test_rerun_is_a_noop(fake_project: FakeProject) -> None:
     vendor.vendor()
     marker = fake_project.llama / "common" / "arg.cpp"
