@@ -49,7 +49,8 @@ ROLLBACKS = ("tape", "snapshot")
 # kernels (0: plain launches), 0039's version 2 of the small-batch matmul (0: the first version),
 # 0042's weight loads of that version (0: __ldg and the prefetch), 0043's short conv (0: the
 # kernels before), 0044's delta net (0: sized for 2 blocks an SM), 0045's padded path (0: the path
-# alone), 0046's tree kernel at 12 blocks (2: at 2), 0047's 3-warp blocks (0: 4 warps), 0004's profile
+# alone), 0046's tree kernel at 12 blocks (2: at 2), 0047's 3-warp blocks (0: 4 warps), 0048's
+# shared state slots (64: 0025's layout), 0004's profile
 SWITCHES = (ROLLBACK_ENV, "LLAMA_SAMPLING_GREEDY", "GGML_CUDA_MMQ_SMALL", "GGML_CUDA_TOP_K_SMALL",
             "LLAMA_DFLASH_DEVICE_FEATURES", "GGML_CUDA_ARGMAX_SPLIT", "GGML_CUDA_MMQS_SHARE",
             "GGML_CUDA_CONCAT_SHORT", "GGML_CUDA_MMQS_NWARPS", "LLAMA_SPEC_FULL_DRAFT",
@@ -57,7 +58,7 @@ SWITCHES = (ROLLBACK_ENV, "LLAMA_SAMPLING_GREEDY", "GGML_CUDA_MMQ_SMALL", "GGML_
             "LLAMA_DFLASH_SCHED_ALT", "LLAMA_SAMPLER_ROWS", "GGML_CUDA_PDL_SERIES",
             "GGML_CUDA_MMQS_V2", "GGML_CUDA_MMQS_LD", "GGML_CUDA_SSM_CONV_SHORT",
             "GGML_CUDA_GDN_BLOCKS", "LLAMA_DFLASH_PATH_PAD", "GGML_CUDA_GDN_TREE_BLOCKS",
-            "GGML_CUDA_MMQS_WAVES", "LLAMA_SPEC_PROFILE")
+            "GGML_CUDA_MMQS_WAVES", "GGML_CUDA_GDN_SHARED_SLOTS", "LLAMA_SPEC_PROFILE")
 
 
 def rollback_from_env() -> str:

@@ -28,8 +28,8 @@
 #   gdn-bench    the gated delta net's kernel on its own (scripts/cuda/gdn_bench.cu): its time per
 #                launch for a chain and a tree of 1-32 tokens at the 27B's shapes, twice; with
 #                GPU_GDN_SRC (a folder holding a variant's gated_delta_net.cu) the variant's too, and
-#                whether its outputs equal the series' to the bit; GDN_BENCH_SLOTS=global: a tree's
-#                saved states in global memory instead of shared
+#                whether its outputs equal the series' to the bit; GGML_CUDA_GDN_SHARED_SLOTS=0: a
+#                tree's saved states all in global memory, 64: all in shared (patch 0048)
 #   tbo-mmqs2    test-backend-ops: version 2 of the small-batch kernel (0039), its MUL_MAT cases of
 #                1-64 columns and the shared quantizations against the CPU, and its timings at the
 #                27B's FFN shapes (16, 23, 32 and 64 columns) beside the first version's

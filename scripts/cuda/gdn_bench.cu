@@ -9,15 +9,15 @@
 //         scripts/cuda/gdn_bench.cu -o gdn_bench -Xlinker --unresolved-symbols=ignore-all
 //     ./gdn_bench OUT.bin [ITERS]    # CSV: form,n_tokens,us
 //
-// GDN_BENCH_SLOTS=global: a tree's saved states in global memory (the op's path for trees too wide
-// for shared memory), so a block's shared memory holds its two tables only (form tree-global).
+// A tree keeps its saved states as the op does (gated_delta_net_tree_slots): GGML_CUDA_GDN_SHARED_SLOTS=0
+// puts all of them in global memory, so a block's shared memory holds its two tables only; 64, all
+// in shared memory (up to 48 KiB a block), as before patch 0048.
 // GDN_BENCH_CASES=chain16,tree23: only those forms and token counts (as for a profiler's run).
 #include "gated_delta_net.cu" // GPU_GDN_SRC first, then the patched tree (-I)
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -50,19 +50,19 @@ static std::vector<int32_t> tree_parents(int n) {
 
 template <bool tree>
 static void launch(const float * q, const float * k, const float * v, const float * g, const float * b,
-        const float * s, float * dst, int n, const int32_t * parent, float * slots, cudaStream_t stream) {
+        const float * s, float * dst, int n, const int32_t * parent, float * slots, const gdn_tree_slots & ts,
+        cudaStream_t stream) {
     const int64_t sq1 = S_V, sq2 = S_V * H_QK, sq3 = sq2 * n;
     const int64_t sv1 = S_V, sv2 = S_V * H, sv3 = sv2 * n;
     const int64_t sb1 = 1, sb2 = H, sb3 = H * n;
     float * state = dst + (size_t) S_V * H * n;
-    const bool shared = slots == nullptr;
-    const size_t smem = tree ? gated_delta_net_tree_smem(S_V, n, 4, shared) : 0;
+    const size_t smem = tree ? ts.smem : 0;
     // the kernel the series launches (gdn_kernel: its size by GGML_CUDA_GDN_BLOCKS and GGML_CUDA_GDN_TREE_BLOCKS,
     // a tree's by the blocks an SM that fit, patches 0044 and 0046)
     gdn_kernel<S_V, false, false, tree>(smem, 128)<<<dim3(H, 1, S_V / 4), dim3(32, 4, 1), smem, stream>>>(
         q, k, v, g, b, s, dst, state, H, n, 1, sq1, sq2, sq3, sv1, sv2, sv3, sb1, sb2, sb3,
         init_fastdiv_values(H_QK), init_fastdiv_values(1), 1.0f / sqrtf((float) S_V), 0, 1,
-        parent, slots, (int64_t) S_V * S_V * H, n / 2, shared);
+        parent, slots, (int64_t) S_V * S_V * H, ts.n_slots, ts.n_shared);
 }
 
 int main(int argc, char ** argv) {
@@ -78,8 +78,6 @@ int main(int argc, char ** argv) {
     }
     launch_timer timer;
     cudaStream_t stream = timer.stream;
-    const char * slots_env = getenv("GDN_BENCH_SLOTS");
-    const bool global_slots = slots_env != nullptr && strcmp(slots_env, "global") == 0;
     printf("form,n_tokens,us\n");
     for (const int tree : {0, 1}) {
         for (const int n : {1, 2, 8, 16, 17, 23, 24, 32}) {
@@ -114,15 +112,16 @@ int main(int argc, char ** argv) {
             CK(cudaMalloc(&dst, n_dst * sizeof(float)));
             CK(cudaMalloc(&parent, n * sizeof(int32_t)));
             CK(cudaMemcpy(parent, hp.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice));
+            const gdn_tree_slots ts = gated_delta_net_tree_slots(S_V, n, 4);
             float * slots = nullptr;
-            if (tree && global_slots) {
-                CK(cudaMalloc(&slots, std::max(1, n / 2) * (size_t) S_V * S_V * H * sizeof(float)));
+            if (tree && ts.n_slots > ts.n_shared) {
+                CK(cudaMalloc(&slots, (ts.n_slots - ts.n_shared) * (size_t) S_V * S_V * H * sizeof(float)));
             }
             auto run = [&]() {
                 if (tree) {
-                    launch<true>(q, k, v, g, b, s, dst, n, parent, slots, stream);
+                    launch<true>(q, k, v, g, b, s, dst, n, parent, slots, ts, stream);
                 } else {
-                    launch<false>(q, k, v, g, b, s, dst, n, nullptr, nullptr, stream);
+                    launch<false>(q, k, v, g, b, s, dst, n, nullptr, nullptr, {}, stream);
                 }
             };
             for (int i = 0; i < 50; ++i) {
@@ -131,7 +130,7 @@ int main(int argc, char ** argv) {
             CK(cudaStreamSynchronize(stream));
             const float us = timer.us(iters, [&](int) { run(); });
             CK(cudaGetLastError());
-            printf("%s,%d,%.2f\n", !tree ? "chain" : global_slots ? "tree-global" : "tree", n, us);
+            printf("%s,%d,%.2f\n", tree ? "tree" : "chain", n, us);
             std::vector<float> hd(n_dst);
             CK(cudaMemcpy(hd.data(), dst, n_dst * sizeof(float), cudaMemcpyDeviceToHost));
             fwrite(hd.data(), sizeof(float), hd.size(), out);
