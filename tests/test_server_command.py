@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import cmdline, paths
+from buun_tool import cmdline, paths, recipes
 from buun_tool.cli.app import app
 from buun_tool.errors import NotReadyError, UsageError
 from buun_tool.server import command, spec
@@ -425,6 +425,20 @@ class TestModelsFolder:
         moved = spec.with_models_dir(s, tmp_path / "other")
         assert moved.models_dir == str(tmp_path / "other") and moved.draft.startswith(f"{tmp_path}/other/gguf/")
         assert (moved.flags, moved.name) == (s.flags, s.name)
+
+    def test_a_recipe_file_given_by_a_relative_path_is_found_again_from_elsewhere(
+            self, fake_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        # `buun restart --models-dir` reloads the recipe from the spec: a path relative to the folder
+        # of the first launch would name another file, or none, from the folder of the restart
+        shipped = recipes.available()[recipes.DEFAULT_RECIPE]
+        (tmp_path / "mine").mkdir()
+        (tmp_path / "mine" / "pair.yaml").write_text(shipped.read_text())
+        monkeypatch.chdir(tmp_path / "mine")
+        s, _ = spec.resolve("pair.yaml", models_dir=tmp_path, need_models=False)
+        assert s.recipe_source == str(tmp_path / "mine" / "pair.yaml")
+        monkeypatch.chdir(tmp_path)
+        moved = spec.with_models_dir(s, tmp_path / "other")
+        assert moved.draft.startswith(f"{tmp_path}/other/gguf/")
 
     def test_models_given_by_path_have_no_folder_to_move(self, fake_bin: Path) -> None:
         s, _ = spec.resolve(None, **_GIVEN)

@@ -72,7 +72,7 @@ class Policy:
 class LaunchSpec:
     name: str
     recipe: str
-    recipe_source: str
+    recipe_source: str  # the recipe file, absolute: `buun restart --models-dir` loads it again from anywhere
     binary: str
     target: str
     draft: str
@@ -173,7 +173,7 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
     on_workers = with_workers(str(binary), endpoints, flags, need_models, resolved.env, cards) if endpoints else None
     flags = with_draft_device(flags, on_workers.draft_device if on_workers else None)
     spec = LaunchSpec(
-        name=check_name(name or recipe.name), recipe=recipe.name, recipe_source=str(recipe.source),
+        name=check_name(name or recipe.name), recipe=recipe.name, recipe_source=str(recipe.source.resolve()),
         binary=str(binary),
         target=str(Path(model).expanduser().resolve()), draft=str(Path(draft).expanduser().resolve()),
         host=host, port=port, flags=flags, recipe_flags=resolved.recipe_flags,
