@@ -71,6 +71,11 @@ class Gpu:
     def arch(self) -> str:
         return self.compute_cap.replace(".", "")
 
+    @property
+    def cc(self) -> tuple[int, int]:
+        major, _, minor = self.compute_cap.partition(".")
+        return int(major), int(minor)
+
 
 def detect_gpus() -> list[Gpu]:
     """GPUs visible through nvidia-smi, every card, in its index order (the order it lists them
@@ -90,6 +95,28 @@ def detect_gpus() -> list[Gpu]:
         if len(parts) == 4 and re.fullmatch(r"\d+\.\d+", parts[1]):
             gpus.append(Gpu(parts[0], parts[1], int(float(parts[2])), parts[3], len(gpus)))
     return gpus
+
+
+def listed_gpus() -> int:
+    """How many GPUs `nvidia-smi -L` lists: where detect_gpus finds none, a driver too old for its
+    query (no compute_cap field) still lists them."""
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU ")) if out.returncode == 0 else 0
+
+
+def nvcc_release(nvcc: str) -> tuple[int, int] | None:
+    """The CUDA release of an nvcc (`release 13.0` in its --version), or None."""
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"release (\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def find_nvcc() -> str | None:

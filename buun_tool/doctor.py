@@ -71,6 +71,11 @@ def check_python() -> Check:
 def check_gpu(cpu_only: bool) -> list[Check]:
     gpus = build.detect_gpus()
     if not gpus:
+        listed = build.listed_gpus()
+        if listed:
+            return [Check("gpu", "warn", f"nvidia-smi lists {listed} GPU(s) but does not report their compute "
+                          "capability (a driver too old for its compute_cap query): buun will build and run on "
+                          "the CPU", "update the NVIDIA driver", required=False)]
         detail = "no NVIDIA GPU visible (nvidia-smi missing or sees none): buun will build and run on the CPU"
         return [Check("gpu", "warn", detail, "install the NVIDIA driver if this machine has a GPU", required=False)]
     # one line per card, by nvidia-smi's index (what `buun serve --gpus` takes)
@@ -88,10 +93,27 @@ def check_gpu(cpu_only: bool) -> list[Check]:
         checks.append(Check("build arch", "warn", f"the CUDA build is for sm_{built.replace(';', ', sm_')}: no code "
                             "for " + ", ".join(f"GPU {g.index} (sm_{g.arch})" for g in missing),
                             "run `buun build`: it compiles for every card here", required=False))
+    # the small-batch K-quant kernels (patches 0009, 0039) use Ampere's integer MMA; older cards get
+    # llama.cpp's own kernels for a verify's few columns
+    old = [g for g in gpus if g.cc < (8, 0)]
+    if old:
+        checks.append(Check("gpu kernels", "warn", ", ".join(f"GPU {g.index} (compute {g.compute_cap})" for g in old)
+                            + " predates Ampere (compute 8.0): buun's small-batch matmul kernels do not run there, "
+                            "llama.cpp's own do, so a DFlash step costs more", required=False))
     nvcc = build.find_nvcc()
     if nvcc:
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip()
-        checks.append(Check("nvcc", "ok", out.splitlines()[-1] if out else nvcc))
+        release = build.nvcc_release(nvcc)
+        # CUDA 13 dropped Maxwell, Pascal and Volta: its nvcc compiles for compute 7.5 and newer
+        unbuildable = [g for g in gpus if release is not None and release >= (13, 0) and g.cc < (7, 5)]
+        if unbuildable:
+            checks.append(Check("nvcc", "warn" if cpu_only else "fail",
+                                f"CUDA {release[0]}.{release[1]} compiles for compute 7.5 (Turing) and newer: no code "
+                                "for " + ", ".join(f"GPU {g.index} (compute {g.compute_cap})" for g in unbuildable),
+                                "install a CUDA 12 toolkit and put its nvcc first on PATH, or build for the CPU "
+                                "with --cpu", required=not cpu_only))
+        else:
+            checks.append(Check("nvcc", "ok", out.splitlines()[-1] if out else nvcc))
     else:
         checks.append(Check("nvcc", "warn" if cpu_only else "fail", "CUDA toolkit not found",
                             "install the CUDA toolkit (nvcc), or build for the CPU with --cpu", required=not cpu_only))

@@ -349,6 +349,39 @@ class TestHost:
         names = [c.name for c in doctor.check_gpu(cpu_only=True)]
         assert names[:2] == ["gpu", "driver"] and "gpu archs" not in names
 
+    def test_a_driver_too_old_to_report_compute_capability(self, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+        # such a driver rejects the compute_cap field of the query; it still lists its cards
+        smi = tmp_path / "smi" / "nvidia-smi"
+        smi.parent.mkdir()
+        smi.write_text('#!/bin/sh\ncase "$1" in\n  -L) echo "GPU 0: Tesla P40 (UUID: GPU-1)"; exit 0 ;;\nesac\n'
+                       'echo \'Field "compute_cap" is not a valid field to query.\' >&2; exit 2\n')
+        smi.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{smi.parent}:{__import__('os').environ['PATH']}")
+        assert build.detect_gpus() == []
+        (check,) = doctor.check_gpu(cpu_only=True)
+        assert check.status == "warn" and "lists 1 GPU(s) but does not report their compute capability" in check.detail
+        assert "update the NVIDIA driver" in check.fix
+
+    @pytest.mark.parametrize(("cap", "nvcc_status"), [("6.1", "fail"), ("7.5", "ok"), ("8.6", "ok")])
+    def test_cards_before_ampere_and_what_cuda_13_builds_for(self, cap: str, nvcc_status: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+        write_nvidia_smi(tmp_path / "smi", [("a card", cap, 24576)])
+        monkeypatch.setenv("PATH", f"{tmp_path / 'smi'}:{__import__('os').environ['PATH']}")
+        nvcc = tmp_path / "nvcc"
+        nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.48'\n")
+        nvcc.chmod(0o755)
+        monkeypatch.setattr(build, "find_nvcc", lambda: str(nvcc))
+        checks = {c.name: c for c in doctor.check_gpu(cpu_only=False)}
+        assert checks["nvcc"].status == nvcc_status, checks["nvcc"]
+        if nvcc_status == "fail":
+            assert "CUDA 13.0 compiles for compute 7.5 (Turing) and newer: no code for GPU 0 (compute 6.1)" \
+                in checks["nvcc"].detail and "CUDA 12" in checks["nvcc"].fix
+        kernels = checks.get("gpu kernels")
+        assert (kernels is not None) == (cap != "8.6")
+        if kernels:
+            assert kernels.status == "warn" and f"GPU 0 (compute {cap}) predates Ampere" in kernels.detail
+
     def test_the_build_covers_every_cards_arch(self, two_cards: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(build, "find_nvcc", lambda: "/usr/local/cuda/bin/nvcc")
         p = build.plan(ui="none")
