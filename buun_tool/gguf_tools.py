@@ -22,6 +22,7 @@ Tensor data is copied byte for byte. A fork file without a vocabulary takes the 
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import re
@@ -41,7 +42,7 @@ from gguf import (
     LlamaFileType,
 )
 
-from buun_tool.errors import BuunError, UsageError
+from buun_tool.errors import UsageError
 
 FORK_ARCH = "dflash-draft"
 UPSTREAM_ARCH = "dflash"
@@ -54,6 +55,8 @@ GLOBAL_TENSORS = ("fc", "enc.output_norm", "output_norm")
 OPTIONAL_TENSORS = ("token_embd.weight", "output.weight")
 _BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
 _ARRAY_PREVIEW = 16
+GGUF_VERSIONS = (2, 3)  # what llama.cpp reads (1 stored counts in 32 bits)
+MAX_DIMS = 4  # GGML_MAX_DIMS
 
 
 # --- reading and writing GGUF ---------------------------------------------------------------
@@ -110,15 +113,17 @@ class TensorInfo:
 
     @property
     def n_elements(self) -> int:
-        return int(np.prod(self.dims)) if self.dims else 1
+        return math.prod(self.dims)
 
 
 def _decode(buf: Any, offset: int, vtype: GGUFValueType) -> tuple[Any, int]:
     if vtype == GGUFValueType.STRING:
         (n,) = struct.unpack_from("<Q", buf, offset)
+        if offset + 8 + n > len(buf):
+            raise ValueError(f"a string of {n} bytes at offset {offset} runs past the end of the file")
         return bytes(buf[offset + 8:offset + 8 + n]).decode("utf-8", errors="replace"), offset + 8 + n
     if vtype == GGUFValueType.ARRAY:
-        raise BuunError("nested GGUF arrays are not supported")
+        raise ValueError("nested GGUF arrays are not supported")
     fmt = _SCALARS[vtype]
     return struct.unpack_from(fmt, buf, offset)[0], offset + struct.calcsize(fmt)
 
@@ -127,17 +132,18 @@ def _skip_array(buf: Any, offset: int, sub: GGUFValueType, count: int) -> int:
     if sub in _SCALARS:
         return offset + count * struct.calcsize(_SCALARS[sub])
     if sub != GGUFValueType.STRING:
-        raise BuunError("nested GGUF arrays are not supported")
+        raise ValueError("nested GGUF arrays are not supported")
     for _ in range(count):
         (n,) = struct.unpack_from("<Q", buf, offset)
         offset += 8 + n
+        if offset > len(buf):
+            raise ValueError("an array of strings runs past the end of the file")
     return offset
 
 
 def tensor_nbytes(dims: tuple[int, ...], ggml_type: GGMLQuantizationType) -> int:
     block, size = GGML_QUANT_SIZES[ggml_type]
-    n = int(np.prod(dims)) if dims else 1
-    return n // block * size
+    return math.prod(dims) // block * size
 
 
 class GgufFile:
@@ -153,7 +159,9 @@ class GgufFile:
             self._parse()
         except (ValueError, struct.error, KeyError, UnicodeDecodeError) as exc:
             self.close()
-            raise UsageError(f"{path} is not a readable GGUF file ({type(exc).__name__}: {exc})") from None
+            raise UsageError(f"{path} is not a readable GGUF file ({type(exc).__name__}: {exc})",
+                             "the file is damaged or not a GGUF: get it again from its source (a file of a "
+                             "recipe: `buun pull --verify RECIPE` checks it and downloads it again)") from None
 
     def close(self) -> None:
         buf = getattr(self, "_buf", None)
@@ -172,6 +180,8 @@ class GgufFile:
         magic, self.version, n_tensors, n_kv = struct.unpack_from("<IIQQ", buf, 0)
         if magic != GGUF_MAGIC:
             raise ValueError("bad magic (not a GGUF file, or a big-endian one)")
+        if self.version not in GGUF_VERSIONS:
+            raise ValueError(f"GGUF version {self.version}; llama.cpp reads versions 2 and 3")
         offset = 24
         self.kv: dict[str, Kv] = {}
         for _ in range(n_kv):
@@ -193,16 +203,35 @@ class GgufFile:
         for _ in range(n_tensors):
             name, offset = _decode(buf, offset, GGUFValueType.STRING)
             (n_dims,) = struct.unpack_from("<I", buf, offset)
-            dims = struct.unpack_from(f"<{n_dims}Q", buf, offset + 4)
+            if n_dims > MAX_DIMS:
+                raise ValueError(f"tensor {name} has {n_dims} dimensions (at most {MAX_DIMS})")
+            dims = struct.unpack_from(f"<{n_dims}q", buf, offset + 4)
             ggml_type, rel = struct.unpack_from("<IQ", buf, offset + 4 + 8 * n_dims)
             offset += 4 + 8 * n_dims + 12
-            infos.append((name, tuple(int(d) for d in dims), GGMLQuantizationType(ggml_type), rel))
-        self.alignment = int(self.get("general.alignment", GGUF_DEFAULT_ALIGNMENT))
+            qtype = GGMLQuantizationType(ggml_type)
+            if any(d < 0 for d in dims) or math.prod(dims) >= 2**63:
+                raise ValueError(f"tensor {name} has an impossible shape {list(dims)}")
+            infos.append((name, tuple(int(d) for d in dims), qtype, rel))
+        if offset > len(buf):
+            raise ValueError("the header runs past the end of the file (truncated download?)")
+        self.alignment = self._alignment()
         self.data_start = offset + (-offset % self.alignment)
         self.tensors = [TensorInfo(n, d, t, self.data_start + rel, tensor_nbytes(d, t)) for n, d, t, rel in infos]
         for t in self.tensors:
             if t.offset + t.nbytes > len(buf):
                 raise ValueError(f"tensor {t.name} runs past the end of the file (truncated download?)")
+
+    def _alignment(self) -> int:
+        """general.alignment as llama.cpp takes it: a uint32, a power of two."""
+        kv = self.kv.get("general.alignment")
+        if kv is None:
+            return GGUF_DEFAULT_ALIGNMENT
+        if kv.vtype != GGUFValueType.UINT32:
+            raise ValueError(f"general.alignment has type {kv.vtype.name.lower()}, not uint32")
+        value = int(kv.value)
+        if value <= 0 or value & (value - 1):
+            raise ValueError(f"general.alignment is {value}, not a power of two")
+        return value
 
     def get(self, key: str, default: Any = None) -> Any:
         kv = self.kv.get(key)

@@ -97,6 +97,44 @@ class TestReader:
         with pytest.raises(UsageError, match="not a readable GGUF file"):
             gguf_tools.GgufFile(junk)
 
+    @pytest.mark.parametrize(("key", "value", "patch", "why"), [
+        # patch: (bytes to find, how far past them, struct format, values written there)
+        ("general.alignment", 32, (b"general.alignment", 4, "<I", 0), "general.alignment is 0, not a power of two"),
+        ("general.alignment", 32, (b"general.alignment", 4, "<I", 24), "general.alignment is 24, not a power of two"),
+        ("general.alignment", [32], None, "general.alignment has type array, not uint32"),
+        ("llama.layers", [1, 2], (b"llama.layers", 4, "<I", int(T.ARRAY)), "nested GGUF arrays are not supported"),
+        ("general.name", "tiny", (b"general.name", 4, "<Q", 2**40), "a string of 1099511627776 bytes at offset"),
+        (None, None, (b"token_embd.weight", 4, "<QQ", 2**40, 2**40), "has an impossible shape"),
+        (None, None, (b"token_embd.weight", 0, "<I", 5), "token_embd.weight has 5 dimensions (at most 4)"),
+        (None, None, (b"GGUF", 0, "<I", 1), "GGUF version 1; llama.cpp reads versions 2 and 3"),
+    ])
+    def test_nonsense_in_the_header_is_refused(self, tmp_path: Path, key: str | None, value: Any,
+                                               patch: tuple[Any, ...] | None, why: str):
+        """A file from the Hub is anyone's: a header value no writer makes (an alignment of 0, a
+        string longer than the file, a shape that overflows) is a clear refusal naming the file,
+        never a ZeroDivisionError, a made-up value or a tensor of 0 bytes."""
+        path = tmp_path / "odd.gguf"
+        w = gguf.GGUFWriter(path, "llama")
+        if key is not None:
+            w.add_key_value(key, value, T.ARRAY if isinstance(value, list) else
+                            T.STRING if isinstance(value, str) else T.UINT32)
+        w.add_tensor("token_embd.weight", np.ones((4, 32), dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        if patch is not None:
+            marker, skip, fmt, *values = patch
+            data = bytearray(path.read_bytes())
+            struct.pack_into(fmt, data, data.index(marker) + len(marker) + skip, *values)
+            path.write_bytes(bytes(data))
+        with pytest.raises(UsageError, match="not a readable GGUF file") as exc:
+            gguf_tools.GgufFile(path)
+        assert why in exc.value.message and str(path) in exc.value.message
+        assert exc.value.hint and "buun pull --verify" in exc.value.hint
+        res = CliRunner().invoke(app, ["gguf", "inspect", str(path)])
+        assert res.exit_code == Exit.USAGE and why in " ".join(res.output.split()), res.output
+
 
 class TestInspect:
     def test_summary(self, small_gguf: Path):
