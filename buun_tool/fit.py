@@ -42,9 +42,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import gguf
-
-from buun_tool import build, console, patches, synth
+from buun_tool import build, console, gguf_tools, patches, synth
 from buun_tool.errors import UsageError
 from buun_tool.recipes import MAX_SLOTS, DrafterGeometry, Recipe, TargetGeometry
 from buun_tool.server import command, gpu, process
@@ -224,10 +222,12 @@ def _gguf_tensors(path: Path) -> list[tuple[str, int]]:
 
 @functools.lru_cache(maxsize=8)
 def _read_tensors(path: str, size: int, mtime_ns: int) -> tuple[tuple[str, int], ...]:
-    """A GGUF's tensors, read once per file as it is (the reader parses the whole vocabulary: seconds)."""
+    """A GGUF's tensors, read once per file as it is. buun's own reader checks the header (a file
+    from the Hub is anyone's: gguf-py's reader raised bare ValueErrors, or hung on a nested
+    array) and skips the vocabulary, which gguf-py parses whole (seconds)."""
     del size, mtime_ns  # the cache key: a changed file is read again
-    reader = gguf.GGUFReader(path)
-    return tuple((t.name, int(t.n_bytes)) for t in reader.tensors)
+    with gguf_tools.GgufFile(Path(path)) as f:
+        return tuple((t.name, t.nbytes) for t in f.tensors)
 
 
 def default_weights(recipe: Recipe, models_dir: Path, target_type: str | None = None,

@@ -416,3 +416,22 @@ def test_fit_weighs_the_models_in_the_folder_it_is_given(tiny_pair: tuple[Path, 
 
     assert weights("--models-dir", str(models)) == f"GGUF files ({lay.target_gguf.name} + {lay.drafter_gguf().name})"
     assert weights().startswith("geometry (full)")  # the default folder holds nothing
+
+
+def test_fit_refuses_a_damaged_gguf_by_name(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    """A target cut short (or with a header no writer makes) is a usage error naming the file and
+    what to do, read by buun's own reader: gguf-py's raised a bare ValueError (a traceback)."""
+    from buun_tool import pull
+
+    models = tmp_path / "models"
+    lay = pull.layout(recipes.load(), models)
+    lay.target_gguf.parent.mkdir(parents=True)
+    lay.drafter_gguf().parent.mkdir(parents=True)
+    lay.drafter_gguf().symlink_to(tiny_pair[1])
+    data = tiny_pair[0].read_bytes()
+    lay.target_gguf.write_bytes(data[:len(data) // 2])
+    res = CliRunner().invoke(app, ["fit", "--gpu-mem", "24", "--models-dir", str(models)])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2, res.output
+    assert f"{lay.target_gguf} is not a readable GGUF file" in out and "runs past the end of the file" in out
+    assert "buun pull --verify" in out
