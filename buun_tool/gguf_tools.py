@@ -237,6 +237,21 @@ class GgufFile:
         kv = self.kv.get(key)
         return default if kv is None else kv.value
 
+    def integer(self, key: str, minimum: int = 0) -> int:
+        """An integer key's value, or a UsageError naming the file and the key: a missing key or one
+        of another type (a string, a float, an array) is refused, never cast or divided by."""
+        value = self.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise _bad_key(self, key, value, f"an integer >= {minimum}")
+        return value
+
+    def integers(self, key: str) -> list[int]:
+        """An array of integers, or a UsageError naming the file and the key."""
+        value = self.get(key)
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise _bad_key(self, key, value, "an array of integers")
+        return value
+
     @property
     def architecture(self) -> str:
         arch = self.get("general.architecture")
@@ -247,6 +262,13 @@ class GgufFile:
     def tensor_bytes(self, t: TensorInfo, chunk: int = 1 << 24) -> Iterator[bytes]:
         for off in range(t.offset, t.offset + t.nbytes, chunk):
             yield self._buf[off:min(off + chunk, t.offset + t.nbytes)]
+
+
+def _bad_key(f: GgufFile, key: str, value: Any, want: str) -> UsageError:
+    found = "it is missing" if value is None else f"it is {value!r}"[:200]
+    return UsageError(f"{f.path}: {key} must be {want}; {found}",
+                      f"the file was not written by a converter buun knows: `buun gguf inspect {f.path}` "
+                      "lists its keys; get the model from another source")
 
 
 def read_gguf(path: Path) -> GgufFile:
@@ -383,21 +405,22 @@ def _uses_mrope(src: GgufFile, target: GgufFile | None, mrope: bool | None) -> b
     if target is None:
         raise UsageError("cannot tell whether the target uses M-RoPE",
                          "pass --target TARGET.gguf (or --mrope / --no-mrope)")
-    return any(target.get(f"{target.architecture}.rope.dimension_sections") or [])
+    key = f"{target.architecture}.rope.dimension_sections"
+    return key in target.kv and any(target.integers(key))
 
 
 def _rope_dims(src: GgufFile) -> int:
     for key in ("rope.dimension_count", "attention.key_length"):
         if f"{FORK_ARCH}.{key}" in src.kv:
-            return int(src.get(f"{FORK_ARCH}.{key}"))
-    return int(src.get(f"{FORK_ARCH}.embedding_length")) // int(src.get(f"{FORK_ARCH}.attention.head_count"))
+            return src.integer(f"{FORK_ARCH}.{key}", 1)
+    return src.integer(f"{FORK_ARCH}.embedding_length", 1) // src.integer(f"{FORK_ARCH}.attention.head_count", 1)
 
 
 def _special(src: GgufFile, what: str) -> Any:
     key = f"{FORK_ARCH}.dflash.{what}"
     if key not in src.kv:
         raise UsageError(f"{src.path} has no {key}: not a DFlash drafter of the buun fork")
-    return src.get(key)
+    return src.integers(key) if what == "target_layer_ids" else src.integer(key, 1 if what == "block_size" else 0)
 
 
 def _migrated_kv(src: GgufFile, target: GgufFile | None, mrope: bool | None,
@@ -415,8 +438,8 @@ def _migrated_kv(src: GgufFile, target: GgufFile | None, mrope: bool | None,
             continue
         new = UPSTREAM_ARCH + key[len(FORK_ARCH):] if key.startswith(f"{FORK_ARCH}.") else key
         out[new] = kv.raw()
-    out[f"{UPSTREAM_ARCH}.block_size"] = encode_value(T.UINT32, int(_special(src, "block_size")))
-    layers = [int(i) + 1 for i in _special(src, "target_layer_ids")]  # upstream counts from the embedding
+    out[f"{UPSTREAM_ARCH}.block_size"] = encode_value(T.UINT32, _special(src, "block_size"))
+    layers = [i + 1 for i in _special(src, "target_layer_ids")]  # upstream counts from the embedding
     out[f"{UPSTREAM_ARCH}.target_layers"] = encode_value(T.ARRAY, layers, T.INT32)
     if "tokenizer.ggml.model" not in src.kv:
         if target is None:
@@ -424,7 +447,7 @@ def _migrated_kv(src: GgufFile, target: GgufFile | None, mrope: bool | None,
                              "pass --target TARGET.gguf to take the target's vocabulary")
         out.update({k: kv.raw() for k, kv in target.kv.items() if k.startswith("tokenizer.")})
         report["vocabulary_from"] = str(target.path)
-    out["tokenizer.ggml.mask_token_id"] = encode_value(T.UINT32, int(_special(src, "mask_token_id")))
+    out["tokenizer.ggml.mask_token_id"] = encode_value(T.UINT32, _special(src, "mask_token_id"))
     sections = f"{UPSTREAM_ARCH}.rope.dimension_sections"
     if sections not in out and _uses_mrope(src, target, mrope):
         # the draft ropes along the temporal axis only: all of its rotary pairs in section 0
@@ -436,19 +459,21 @@ def _migrated_kv(src: GgufFile, target: GgufFile | None, mrope: bool | None,
 def _check_geometry(src: GgufFile, target: GgufFile | None) -> None:
     """The fc width must match the tapped layers; the target, when given, must have those
     layers and the drafter's hidden size."""
-    n_embd = int(src.get(f"{FORK_ARCH}.embedding_length"))
-    ids = list(_special(src, "target_layer_ids"))
-    feats = src.get(f"{FORK_ARCH}.dflash.n_target_features")
-    if feats is not None and int(feats) != len(ids) * n_embd:
+    n_embd = src.integer(f"{FORK_ARCH}.embedding_length", 1)
+    ids = _special(src, "target_layer_ids")
+    feats_key = f"{FORK_ARCH}.dflash.n_target_features"
+    feats = src.integer(feats_key) if feats_key in src.kv else None
+    if feats is not None and feats != len(ids) * n_embd:
         raise UsageError(f"{src.path}: n_target_features {feats} != {len(ids)} target layers x {n_embd}")
     fc = next((t for t in src.tensors if t.name.startswith("dflash_fc.")), None)
     if fc is None:
         raise UsageError(f"{src.path} has no dflash_fc tensor")
-    if fc.dims[0] != len(ids) * n_embd:
-        raise UsageError(f"{src.path}: dflash_fc takes {fc.dims[0]} features, not {len(ids)} x {n_embd}")
+    width = fc.dims[0] if fc.dims else 0
+    if width != len(ids) * n_embd:
+        raise UsageError(f"{src.path}: dflash_fc takes {width} features, not {len(ids)} x {n_embd}")
     if target is not None:
         tarch = target.architecture
-        t_embd, t_layers = int(target.get(f"{tarch}.embedding_length")), int(target.get(f"{tarch}.block_count"))
+        t_embd, t_layers = target.integer(f"{tarch}.embedding_length", 1), target.integer(f"{tarch}.block_count", 1)
         if t_embd != n_embd:
             raise UsageError(f"hidden sizes differ: drafter {n_embd}, target {t_embd} ({target.path})")
         if not all(0 <= i < t_layers for i in ids):

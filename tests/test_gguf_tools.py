@@ -296,6 +296,33 @@ class TestMigrate:
         with gguf_tools.GgufFile(tmp_path / "yes.gguf") as f:
             assert f.get("dflash.rope.dimension_sections") == [64, 0, 0, 0]  # rope dims 128 / 2
 
+    @pytest.mark.parametrize(("key", "vtype", "value", "why"), [
+        ("dflash-draft.embedding_length", T.STRING, "abc", "must be an integer >= 1; it is 'abc'"),
+        ("dflash-draft.embedding_length", None, None, "must be an integer >= 1; it is missing"),
+        ("dflash-draft.dflash.target_layer_ids", T.UINT32, 3, "must be an array of integers; it is 3"),
+        ("dflash-draft.dflash.target_layer_ids", T.STRING, "1,3,5", "must be an array of integers; it is '1,3,5'"),
+        ("dflash-draft.dflash.block_size", T.UINT32, 0, "must be an integer >= 1; it is 0"),
+        ("dflash-draft.dflash.mask_token_id", T.FLOAT32, 1.5, "must be an integer >= 0; it is 1.5"),
+        ("dflash-draft.dflash.n_target_features", T.STRING, "x", "must be an integer >= 0; it is 'x'"),
+    ])
+    def test_refuses_a_key_of_the_wrong_type(self, tiny_models_built: TinyModels, fork_file: Path, tmp_path: Path,
+                                             key: str, vtype: Any, value: Any, why: str):
+        """A key a fork file needs, missing or of another type, is named with the file (it was
+        int()-ed: a ValueError or TypeError traceback, or a float cut to an integer)."""
+        odd = tmp_path / "odd.gguf"
+        with gguf_tools.GgufFile(fork_file) as f:
+            kvs = [(k, kv.raw()) for k, kv in f.kv.items() if k != key]
+            if vtype is not None:
+                kvs.append((key, gguf_tools.encode_value(vtype, value)))
+            gguf_tools.write_gguf(odd, kvs, [(t.name, f, t) for t in f.tensors], f.alignment)
+        out = tmp_path / "out.gguf"
+        res = CliRunner().invoke(app, ["gguf", "migrate", str(odd), str(out), "--target",
+                                       str(tiny_models_built.target_gguf)])
+        text = " ".join(res.output.split())
+        assert res.exit_code == Exit.USAGE, res.output
+        assert f"{odd}: {key} {why}" in text and f"buun gguf inspect {odd}" in text
+        assert not out.exists() and list(tmp_path.glob(".*partial")) == []
+
     def test_refuses_an_upstream_file(self, tiny_models_built: TinyModels, tmp_path: Path):
         with pytest.raises(UsageError, match="already in upstream's format"):
             gguf_tools.migrate(tiny_models_built.upstream_drafter_f16, tmp_path / "o.gguf")
