@@ -43,7 +43,67 @@ class DrafterFolder:
 
 def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """A multimodal config keeps the language model's settings under text_config."""
-    return {**cfg, **cfg.get("text_config", {})}
+    return {**cfg, **(cfg.get("text_config") or {})}
+
+
+_JSON_KINDS = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+               float: "a number", type(None): "null"}
+
+
+def _found(value: Any) -> str:
+    shown = json.dumps(value)
+    return f"{_JSON_KINDS.get(type(value), type(value).__name__)} ({shown[:60]}{'...' if len(shown) > 60 else ''})"
+
+
+def config_problems(cfg: dict[str, Any], path: Path, *, objects: tuple[str, ...], lists: tuple[str, ...],
+                    counts: tuple[str, ...], required: tuple[str, ...]) -> list[str]:
+    """What in a config.json has a type nothing downstream can use: `objects` must be objects,
+    `lists` lists, `counts` positive integers; `required` counts must be there. A missing
+    optional field (or null) is fine. Field names may be dotted (dflash_config.block_size)."""
+    def get(name: str) -> Any:
+        head, _, rest = name.partition(".")
+        value = cfg.get(head)
+        return value.get(rest) if rest and isinstance(value, dict) else None if rest else value
+
+    problems = []
+    for name in objects:
+        if get(name) is not None and not isinstance(get(name), dict):
+            problems.append(f"{path}: {name} must be an object, found {_found(get(name))}")
+    for name in lists:
+        if get(name) is not None and not isinstance(get(name), list):
+            problems.append(f"{path}: {name} must be a list, found {_found(get(name))}")
+    for name in counts:
+        value = get(name)
+        if value is None:
+            if name in required:
+                problems.append(f"{path}: {name} is missing (a positive integer)")
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            problems.append(f"{path}: {name} must be a positive integer, found {_found(value)}")
+    return problems
+
+
+def check_config_types(drafter_cfg: dict[str, Any], target_cfg: dict[str, Any], drafter_cfg_path: Path,
+                       target_cfg_path: Path) -> None:
+    """Every field `drafter_facts` reads has a type it can use, before it reads one: a config
+    from the Hub is anyone's. Every problem at once, each with its file and field."""
+    problems = config_problems(
+        drafter_cfg, drafter_cfg_path, objects=("dflash_config",),
+        lists=("architectures", "target_layer_ids", "dflash_config.target_layer_ids"),
+        counts=("hidden_size", "num_hidden_layers", "head_dim", "num_attention_heads", "block_size",
+                "dflash_config.block_size"),
+        required=("hidden_size", "num_hidden_layers"))
+    text = target_cfg.get("text_config")
+
+    def where(*names: str) -> tuple[str, ...]:  # text_config's settings win over the top level's
+        return tuple(f"text_config.{n}" if isinstance(text, dict) and n in text else n for n in names)
+
+    counts = where("hidden_size", "num_hidden_layers", "vocab_size")
+    problems += config_problems(target_cfg, target_cfg_path, objects=("text_config", *where("rope_parameters",
+                                "rope_scaling")), lists=(), counts=counts, required=counts)
+    if problems:
+        raise UsageError("a config.json has fields buun cannot use:\n  " + "\n  ".join(problems),
+                         "these files come from the recipe's drafter and tokenizer repos: check their repos and "
+                         "revisions (a target's settings may sit under text_config)")
 
 
 def read_config(path: Path, what: str) -> dict[str, Any]:
@@ -71,7 +131,7 @@ def drafter_facts(drafter_cfg: dict[str, Any], target_cfg: dict[str, Any]) -> di
         or (drafter_cfg.get("hidden_size") or 0) // max(1, drafter_cfg.get("num_attention_heads") or 1),
         "block_size": dflash.get("block_size", drafter_cfg.get("block_size", 16)),
         "mask_token_id": dflash.get("mask_token_id"),
-        "target_layer_ids": list(dflash.get("target_layer_ids", drafter_cfg.get("target_layer_ids", []))),
+        "target_layer_ids": list(dflash.get("target_layer_ids") or drafter_cfg.get("target_layer_ids") or []),
         "target_hidden_size": target.get("hidden_size"),
         "target_num_layers": target.get("num_hidden_layers"),
         "target_vocab_size": target.get("vocab_size"),
@@ -174,7 +234,9 @@ def check_folder(recipe: Recipe, models_dir: Path) -> dict[str, Any]:
                             f"run `buun pull {recipe.name}` and `buun drafter {recipe.name}`")
     drafter_cfg_path = lay.drafter_dir / "config.json"
     target_cfg_path = lay.tokenizer_dir / recipe.target_config
-    facts = drafter_facts(read_config(drafter_cfg_path, "the drafter config"),
-                          read_config(target_cfg_path, "the target config"))
+    drafter_cfg = read_config(drafter_cfg_path, "the drafter config")
+    target_cfg = read_config(target_cfg_path, "the target config")
+    check_config_types(drafter_cfg, target_cfg, drafter_cfg_path, target_cfg_path)
+    facts = drafter_facts(drafter_cfg, target_cfg)
     check_pair(facts, recipe, drafter_cfg_path, target_cfg_path)
     return facts

@@ -98,6 +98,42 @@ class TestDrafterFolder:
             drafter.prepare(pulled, paths.models_dir())
         assert message in info.value.message
 
+    @pytest.mark.parametrize(("role", "change", "message"), [
+        ("drafter", {"dflash_config": [1, 3, 5]},
+         "config.json: dflash_config must be an object, found a list ([1, 3, 5])"),
+        ("drafter", {"dflash_config": "none"}, "config.json: dflash_config must be an object, found a string"),
+        ("drafter", {"dflash_config": {"mask_token_id": 248070, "target_layer_ids": 5}},
+         "dflash_config.target_layer_ids must be a list, found an integer (5)"),
+        ("drafter", {"hidden_size": "256"}, "hidden_size must be a positive integer, found a string (\"256\")"),
+        ("drafter", {"num_hidden_layers": None}, "num_hidden_layers is missing (a positive integer)"),
+        ("drafter", {"num_attention_heads": 2.5, "head_dim": None},
+         "num_attention_heads must be a positive integer, found a number (2.5)"),
+        ("drafter", {"architectures": 7}, "architectures must be a list, found an integer (7)"),
+        ("target", {"text_config": ["hidden_size", 256]}, "config.json: text_config must be an object, found a list"),
+        ("target", {"text_config": "qwen3_5_text"}, "config.json: text_config must be an object, found a string"),
+        ("target", {"text_config": {"hidden_size": 256, "num_hidden_layers": "8", "vocab_size": 248320}},
+         "text_config.num_hidden_layers must be a positive integer, found a string (\"8\")"),
+        ("target", {"text_config": {"hidden_size": 256, "num_hidden_layers": 8, "vocab_size": 248320,
+                                    "rope_parameters": 7}}, "text_config.rope_parameters must be an object"),
+        ("target", {"text_config": {"hidden_size": 256, "num_hidden_layers": 8}},
+         "vocab_size is missing (a positive integer)"),
+    ])
+    def test_a_config_with_fields_of_the_wrong_type(self, pulled: recipes.Recipe, role: str, change: dict,
+                                                    message: str):
+        """A config.json is the repo author's: a section or a number of the wrong JSON type is named
+        with its file and field (it was a TypeError or AttributeError traceback), in `buun drafter`
+        and in the convert stage's pre-check, and nothing is copied over the drafter's own files."""
+        lay = pull.layout(pulled, paths.models_dir())
+        cfg_path = (lay.drafter_dir if role == "drafter" else lay.tokenizer_dir) / "config.json"
+        cfg_path.write_text(json.dumps({**json.loads(cfg_path.read_text()), **change}))
+        before = _sha(lay.drafter_dir / "config.json")
+        res = CliRunner().invoke(app, ["drafter", str(pulled.source)])
+        assert res.exit_code == Exit.USAGE, res.output
+        assert f"{cfg_path}: " in _flat(res.output) and message in _flat(res.output)
+        assert "check their repos and revisions" in _flat(res.output)
+        assert _sha(lay.drafter_dir / "config.json") == before
+        assert convert.stage_status(pulled, paths.models_dir()).detail.startswith("a config.json has fields")
+
     def test_the_recipe_expectations_are_checked(self, tiny_hub: FakeHub, tmp_path: Path):
         r = recipes.load_file(write_recipe(tmp_path / "r.yaml", expect={"block_size": 8}))
         pull.pull(r, paths.models_dir(), roles=("drafter", "tokenizer"))
