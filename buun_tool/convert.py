@@ -475,6 +475,7 @@ def convert(recipe: Recipe, models_dir: Path, force: bool = False,
         kept = record.get("intermediate")
         return ConvertResult(str(final), str(lay.gguf_dir / kept) if kept else None,
                              str(provenance_path(final)), False, 0.0, record["verified"])
+    drafter.check_readable(recipe, models_dir)
     if recipe.quantize not in FLOAT_TYPES:
         build.find_binary("llama-quantize")  # fail before the long conversion, not after
     python = converter_python()

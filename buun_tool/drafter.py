@@ -15,6 +15,7 @@ import filecmp
 import json
 import os
 import shutil
+import struct
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -111,11 +112,74 @@ def read_config(path: Path, what: str) -> dict[str, Any]:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise BuunError(f"{what} {path} is missing", "run `buun pull` again") from None
-    except json.JSONDecodeError as exc:
-        raise BuunError(f"{what} {path} is not valid JSON: {exc}", "delete it and run `buun pull` again") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise BuunError(f"{what} {path} is not valid JSON: {_json_error(exc)}",
+                        "delete it and run `buun pull` again") from None
     if not isinstance(data, dict):
         raise BuunError(f"{what} {path} is not a JSON object")
     return data
+
+
+def _json_error(exc: ValueError | RecursionError) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {exc.start})"
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+
+
+def _json_problem(path: Path) -> str | None:
+    try:
+        json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        return f"{path} is not valid JSON: {_json_error(exc)}"
+    return None
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """What makes a .safetensors unreadable, from its header alone: its length, the JSON after it,
+    every tensor's data inside the file."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            return f"{path} is {size} bytes: too short for a safetensors header"
+        (n,) = struct.unpack("<Q", head)
+        if 8 + n > size:
+            return f"{path}: its header claims {n} bytes, the file has {size - 8} after the length"
+        raw = fh.read(n)
+    try:
+        header = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        return f"{path}: its header is not valid JSON: {_json_error(exc)}"
+    if not isinstance(header, dict):
+        return f"{path}: its header is not a JSON object"
+    data = size - 8 - n
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+                and 0 <= offsets[0] <= offsets[1] <= data):
+            return f"{path}: tensor {name} has data_offsets {offsets!r} outside the file's {data} data bytes"
+    return None
+
+
+def check_readable(recipe: Recipe, models_dir: Path) -> None:
+    """The drafter folder's JSON files parse and its safetensors headers are whole: a broken file
+    (from a repo, or changed on disk) is named here, before the converter's environment is made,
+    not in the converter's traceback. Every problem at once."""
+    folder = layout(recipe, models_dir).drafter_dir
+    problems = []
+    for name in dict.fromkeys((*recipe.drafter.files, *recipe.tokenizer.files)):
+        path = folder / name
+        problem = (_json_problem(path) if name.endswith(".json")
+                   else _safetensors_problem(path) if name.endswith(".safetensors") else None)
+        if problem:
+            problems.append(problem)
+    if problems:
+        raise UsageError("the drafter folder has files the converter cannot read:\n  " + "\n  ".join(problems),
+                         f"`buun pull --verify {recipe.name}` downloads a file that changed on disk again (then "
+                         f"`buun drafter {recipe.name}`); if the repo's own file is broken, pick another revision "
+                         "in the recipe")
 
 
 def drafter_facts(drafter_cfg: dict[str, Any], target_cfg: dict[str, Any]) -> dict[str, Any]:
@@ -217,6 +281,7 @@ def prepare(recipe: Recipe, models_dir: Path) -> DrafterFolder:
     for name in names:
         (copied if _copy_if_changed(tok_dir / name, drafter_dir / name) else same).append(name)
     facts = check_folder(recipe, models_dir)
+    check_readable(recipe, models_dir)
     console.ok(f"drafter folder ready: {drafter_dir}"
                + (f" (copied {', '.join(copied)})" if copied else " (tokenizer files already there)"))
     return DrafterFolder(str(drafter_dir), str(tok_dir), copied, same, facts)

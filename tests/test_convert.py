@@ -10,7 +10,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -133,6 +133,39 @@ class TestDrafterFolder:
         assert "check their repos and revisions" in _flat(res.output)
         assert _sha(lay.drafter_dir / "config.json") == before
         assert convert.stage_status(pulled, paths.models_dir()).detail.startswith("a config.json has fields")
+
+    @pytest.mark.parametrize(("role", "name", "damage", "message"), [
+        ("drafter", "model.safetensors", lambda b: b[:100], "header claims"),
+        ("drafter", "model.safetensors", lambda b: b[:6], "is 6 bytes: too short for a safetensors header"),
+        ("drafter", "model.safetensors", lambda b: b[:8] + b"[" * (len(b) - 8), "its header is not valid JSON"),
+        ("drafter", "model.safetensors", lambda b: b[:len(b) // 2], "outside the file's"),
+        ("tokenizer", "tokenizer_config.json", lambda b: b"<html>rate limited</html>", "is not valid JSON"),
+        ("tokenizer", "tokenizer.json", lambda b: b"\xff\xfe" + b, "is not valid JSON: not UTF-8 text"),
+    ])
+    def test_a_file_the_converter_cannot_read_is_named(self, pulled: recipes.Recipe, role: str, name: str,
+                                                       damage: Callable[[bytes], bytes], message: str,
+                                                       monkeypatch: pytest.MonkeyPatch):
+        """A truncated safetensors header or a tokenizer file that is not JSON is named, with what to
+        do, by `buun drafter` and before a conversion makes its environment: it passed, and only
+        the converter, after installing its environment, met the file."""
+        lay = pull.layout(pulled, paths.models_dir())
+        path = lay.role_dir(role) / name
+        path.write_bytes(damage(path.read_bytes()))
+        res = CliRunner().invoke(app, ["drafter", str(pulled.source)])
+        assert res.exit_code == Exit.USAGE, res.output
+        bad = lay.drafter_dir / name
+        assert "files the converter cannot read" in _flat(res.output) and f"{bad}" in _flat(res.output)
+        assert message in _flat(res.output) and "buun pull --verify tiny-dflash" in _flat(res.output)
+        monkeypatch.setattr(convert, "converter_python", lambda *a: pytest.fail("the converter was set up"))
+        with pytest.raises(UsageError, match="files the converter cannot read"):
+            convert.convert(pulled, paths.models_dir())
+
+    def test_a_config_that_is_not_text_is_named(self, pulled: recipes.Recipe):
+        cfg = pull.layout(pulled, paths.models_dir()).drafter_dir / "config.json"
+        cfg.write_bytes(b"\x89PNG\r\n\x1a\n")
+        res = CliRunner().invoke(app, ["drafter", str(pulled.source)])
+        assert res.exit_code == Exit.FAILED, res.output
+        assert f"the drafter config {cfg} is not valid JSON: not UTF-8 text (byte 0)" in _flat(res.output)
 
     def test_the_recipe_expectations_are_checked(self, tiny_hub: FakeHub, tmp_path: Path):
         r = recipes.load_file(write_recipe(tmp_path / "r.yaml", expect={"block_size": 8}))
