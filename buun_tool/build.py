@@ -414,12 +414,19 @@ def build(p: BuildPlan, force: bool = False) -> BuildResult:
     return BuildResult(p.name, bdir, True, seconds, stamp)
 
 
+BIN_DIR_ENV = "BUUN_LLAMA_BIN_DIR"
+
+
+def bin_dir_pinned() -> bool:
+    """Whether BUUN_LLAMA_BIN_DIR names the binaries, whatever buun builds."""
+    return bool(os.environ.get(BIN_DIR_ENV))
+
+
 def bin_dir() -> Path:
     """The folder of the binaries every stage runs: BUUN_LLAMA_BIN_DIR, else the CUDA build,
     else the CPU build (whichever finished)."""
-    override = os.environ.get("BUUN_LLAMA_BIN_DIR")
-    if override:
-        return Path(override)
+    if bin_dir_pinned():
+        return Path(os.environ[BIN_DIR_ENV])
     for variant in VARIANTS:
         if read_stamp(variant) is not None:
             return paths.build_dir(variant) / "bin"

@@ -257,6 +257,15 @@ def _serve_row(ctx: Context, stage: Stage, argv: list[str], shown: str) -> PlanR
                    f"{ctx.recipe.name} is already running with this command" if same else stage.what, shown)
 
 
+def _serves_a_cpu_build(ctx: Context, binary: Path) -> bool:
+    """Whether the server this setup starts is a CPU build's: the build its build stage makes
+    (a CPU build found now is replaced by the CUDA one where nvcc is), unless the binaries are
+    pinned elsewhere (build.bin_dir's override)."""
+    if build.bin_dir_pinned():
+        return build.variant_of(binary) == "cpu"
+    return _build_plan(ctx).variant == "cpu"
+
+
 def plan(ctx: Context) -> list[PlanRow]:
     """What `run` would do, stage by stage: the same checks, nothing changed."""
     lay = ctx.layout
@@ -271,7 +280,7 @@ def plan(ctx: Context) -> list[PlanRow]:
     where = devices.placement(ctx.recipe, None, None, Path(binary))
     resolved = spec_mod.launch_flags(ctx.recipe, command.parse_args(_server_args(ctx)), [],
                                      "the arguments after `--`", ctx.models_dir, where=where,
-                                     cpu_build=build.variant_of(Path(binary)) == "cpu")
+                                     cpu_build=_serves_a_cpu_build(ctx, Path(binary)))
     argv = command.server_argv(binary, str(lay.target_gguf), str(lay.drafter_gguf()), ctx.host, ctx.port,
                                resolved.flags, alias=ctx.recipe.name)
     key = ctx.api_key or resolved.secrets.get("--api-key")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import fit, recipes
+from buun_tool import build, fit, recipes
 from buun_tool.cli.app import app
 from buun_tool.errors import UsageError
 
@@ -339,7 +339,8 @@ class TestMeasured:
 # --- the context a server gets by default -----------------------------------------------------
 
 def _gpu_machine(tmp_path: Path, mib: int) -> dict[str, str]:
-    """An environment whose nvidia-smi (a script on PATH) reports one RTX 3090 with `mib` MiB."""
+    """An environment whose nvidia-smi (a script on PATH) reports one RTX 3090 with `mib` MiB, and
+    with an nvcc, so that setup plans a CUDA build."""
     import os
 
     bin_dir = tmp_path / "gpu-bin"
@@ -347,6 +348,8 @@ def _gpu_machine(tmp_path: Path, mib: int) -> dict[str, str]:
     smi = bin_dir / "nvidia-smi"
     smi.write_text(f"#!/bin/sh\necho 'NVIDIA GeForce RTX 3090, 8.6, {mib}, 580.65'\n")
     smi.chmod(0o755)
+    (bin_dir / "nvcc").write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.8, V12.8.93'\n")
+    (bin_dir / "nvcc").chmod(0o755)
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HF_HUB_OFFLINE": "1",
             "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
 
@@ -379,6 +382,18 @@ def test_the_context_fits_the_card_unless_pinned(tmp_path: Path) -> None:
     assert "    -c: fit\n" in source
     pinned.write_text(source.replace("    -c: fit\n", "    -c: 4096\n"))
     assert _server_c(env, "--recipe-file", str(pinned)) == "4096"  # a recipe may pin it
+
+
+def test_without_nvcc_setup_plans_a_cpu_build_and_buuns_default_context(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a card but no CUDA toolkit: setup builds llama.cpp for the CPU, whose server runs on no card,
+    # so it gets buun's default -c, not a KV cache sized for the card in host memory
+    monkeypatch.setenv("PATH", _gpu_machine(tmp_path, 24576)["PATH"])
+    monkeypatch.setattr(build, "find_nvcc", lambda: None)
+    res = CliRunner().invoke(app, ["setup", "--dry-run"])
+    assert res.exit_code == 0, res.output
+    command = next(line for line in res.stdout.splitlines() if line.startswith("server command:")).split()
+    assert command[command.index("-c") + 1] == "6048"
 
 
 def test_the_context_choice_says_why(tmp_path: Path) -> None:

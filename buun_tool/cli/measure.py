@@ -223,8 +223,6 @@ def bench_cmd(
                          "leave out one of them")
     r = recipes.load(recipe)
     models = paths.models_dir(models_dir)
-    if url:
-        url = bench.check_url(url)
     if recipe_models:
         if target or drafter or url or scale:
             raise UsageError("--recipe-models benches the recipe's pair: it takes no --target, --drafter, --url "
@@ -250,6 +248,8 @@ def bench_cmd(
     if alone:
         console.warn(f"--against upstream: {', '.join(c.name for c in alone)} run on buun's build only "
                      "(upstream llama.cpp has no tree verification, and its DFlash slots need patches 0032-0033)")
+    if url:  # after every usage check: a server not started is said before a run folder is made
+        url = bench.check_url(url)
     t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale, models)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = out or paths.bench_dir() / stamp
