@@ -352,3 +352,15 @@ class TestProcess:
     def test_exit_reason(self) -> None:
         assert process.exit_reason(-9) == "was killed by SIGKILL"
         assert process.exit_reason(1) == "exited with code 1"
+
+
+def test_a_folder_no_instance_can_be_named_is_neither_a_server_nor_a_worker() -> None:
+    # `buun status` and `buun worker status` list what their roots hold: a stray folder (a name
+    # check_name refuses) is skipped by both, not an error that ends the listing
+    from buun_tool.server.instance import all_instances
+    from buun_tool.server.worker import WorkerInstance, all_workers
+
+    for root, kind in ((Instance.root(), Instance), (WorkerInstance.root(), WorkerInstance)):
+        (root / ".stray").mkdir(parents=True)
+        (root / "kept").mkdir()
+        assert [i.name for i in (all_instances() if kind is Instance else all_workers())] == ["kept"]

@@ -138,11 +138,17 @@ def _read_json(path: Path) -> dict | None:
 InstanceT = TypeVar("InstanceT", bound="Instance")
 
 
-def all_instances() -> list[Instance]:
-    root = paths.instances_dir()
+def all_of(kind: type[InstanceT]) -> list[InstanceT]:
+    """Every instance of `kind` (a server's or a worker's) under its root, by name; a folder whose
+    name no instance can have is none of them."""
+    root = kind.root()
     if not root.is_dir():
         return []
-    return [Instance(d.name) for d in sorted(root.iterdir()) if d.is_dir() and paths.FOLDER_NAME.fullmatch(d.name)]
+    return [kind(d.name) for d in sorted(root.iterdir()) if d.is_dir() and paths.FOLDER_NAME.fullmatch(d.name)]
+
+
+def all_instances() -> list[Instance]:
+    return all_of(Instance)
 
 
 def pick(name: str | None, known: list[InstanceT], make: type[InstanceT], kind: str, start: str) -> InstanceT:

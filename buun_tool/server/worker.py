@@ -32,7 +32,7 @@ from buun_tool import build, console, paths
 from buun_tool.errors import BuunError, Exit, UsageError
 from buun_tool.server import command, control, loglines, process
 from buun_tool.server.health import Health
-from buun_tool.server.instance import Instance, check_name, live, pick, ref_of
+from buun_tool.server.instance import Instance, all_of, check_name, live, pick, ref_of
 from buun_tool.server.rpc import DEFAULT_PORT, Endpoint
 from buun_tool.server.spec import Policy
 from buun_tool.server.state import Record, State
@@ -65,10 +65,7 @@ class WorkerInstance(Instance):
 
 
 def all_workers() -> list[WorkerInstance]:
-    root = paths.workers_dir()
-    if not root.is_dir():
-        return []
-    return [WorkerInstance(d.name) for d in sorted(root.iterdir()) if d.is_dir()]
+    return all_of(WorkerInstance)
 
 
 # --- the address ------------------------------------------------------------------------------
