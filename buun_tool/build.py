@@ -109,13 +109,9 @@ def listed_gpus() -> int:
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU ")) if out.returncode == 0 else 0
 
 
-def nvcc_release(nvcc: str) -> tuple[int, int] | None:
-    """The CUDA release of an nvcc (`release 13.0` in its --version), or None."""
-    try:
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    m = re.search(r"release (\d+)\.(\d+)", out)
+def nvcc_release(version: str) -> tuple[int, int] | None:
+    """The CUDA release in an nvcc's --version text (`release 13.0`), or None."""
+    m = re.search(r"release (\d+)\.(\d+)", version)
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 

@@ -103,7 +103,7 @@ def check_gpu(cpu_only: bool) -> list[Check]:
     nvcc = build.find_nvcc()
     if nvcc:
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip()
-        release = build.nvcc_release(nvcc)
+        release = build.nvcc_release(out)
         # CUDA 13 dropped Maxwell, Pascal and Volta: its nvcc compiles for compute 7.5 and newer
         unbuildable = [g for g in gpus if release is not None and release >= (13, 0) and g.cc < (7, 5)]
         if unbuildable:
