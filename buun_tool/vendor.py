@@ -175,7 +175,7 @@ def _fetch_archive(pin: Pin, dest: Path, archive: Path | None) -> None:
     if not archive.is_file():
         raise UsageError(f"archive {archive} does not exist")
     with tarfile.open(archive) as tar:
-        tops = {_member_name(m.name).split("/")[0] for m in tar.getmembers() if _member_name(m.name) not in ("", ".")}
+        tops = {n.split("/")[0] for m in tar.getmembers() if (n := _member_name(m.name)) not in ("", ".")}
         prefix = f"{tops.pop()}/" if len(tops) == 1 else ""
         _extract(tar, prefix, dest, pin.trim)
 
