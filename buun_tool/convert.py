@@ -389,8 +389,12 @@ def _intact(gguf: Path) -> tuple[dict[str, Any] | None, str]:
     describes; else None and why not."""
     try:
         record = json.loads(provenance_path(gguf).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         return None, f"{gguf.name} is not made yet (no provenance record)"
+    # a record damaged or written by hand into another JSON shape vouches for nothing: made again
+    if not (isinstance(record, dict) and isinstance(record.get("output"), dict)
+            and isinstance(record.get("inputs"), dict)):
+        return None, f"{gguf.name} has a provenance record buun cannot read ({provenance_path(gguf).name})"
     if record.get("buun_provenance") != PROVENANCE:
         return None, (f"{gguf.name} was made by an older buun (provenance format "
                       f"{record.get('buun_provenance')}, now {PROVENANCE})")

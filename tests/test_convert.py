@@ -398,6 +398,20 @@ class TestConvert:
         result = convert.convert(converted.recipe, models)
         assert result.rebuilt and json.loads(record_path.read_text())["buun_provenance"] == convert.PROVENANCE
 
+    @pytest.mark.parametrize("damage", ["list", "number", "output", "inputs"])
+    def test_a_record_of_another_json_shape_is_made_again(self, converted: Converted, models: Path, damage: str):
+        final = pull.layout(converted.recipe, models).drafter_gguf()
+        record_path = convert.provenance_path(final)
+        record = json.loads(record_path.read_text())
+        if damage in ("output", "inputs"):  # the rest of the record is right: only this field is read wrong
+            record[damage] = [record[damage]]
+        record_path.write_text(json.dumps({"list": [record], "number": 7}.get(damage, record)))
+        status = convert.stage_status(converted.recipe, models)  # an AttributeError traceback before
+        assert not status.current and "provenance record buun cannot read" in status.detail
+        if damage == "list":  # one conversion is enough to show it is redone, not refused
+            assert convert.convert(converted.recipe, models).rebuilt
+            assert json.loads(record_path.read_text())["buun_provenance"] == convert.PROVENANCE
+
     def test_the_pair_answers_in_llama_server(self, converted: Converted, llama_bin: Path, tmp_path: Path):
         lay = pull.layout(converted.recipe, converted.models)
         args = ["-m", str(lay.target_gguf), "-md", str(lay.drafter_gguf()), "--spec-type", "draft-dflash",
