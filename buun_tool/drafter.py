@@ -56,11 +56,17 @@ def _found(value: Any) -> str:
     return f"{_JSON_KINDS.get(type(value), type(value).__name__)} ({shown[:60]}{'...' if len(shown) > 60 else ''})"
 
 
+def _is_index(value: Any) -> bool:
+    """A non-negative JSON integer; a JSON true or false is none, though Python's bool is an int."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def config_problems(cfg: dict[str, Any], path: Path, *, objects: tuple[str, ...], lists: tuple[str, ...],
-                    counts: tuple[str, ...], required: tuple[str, ...]) -> list[str]:
+                    counts: tuple[str, ...], required: tuple[str, ...], indices: tuple[str, ...] = ()) -> list[str]:
     """What in a config.json has a type nothing downstream can use: `objects` must be objects,
-    `lists` lists, `counts` positive integers; `required` counts must be there. A missing
-    optional field (or null) is fine. Field names may be dotted (dflash_config.block_size)."""
+    `lists` lists, `counts` positive integers, `indices` non-negative integers (or, for a field
+    also in `lists`, lists of them); `required` counts must be there. A missing optional field
+    (or null) is fine. Field names may be dotted (dflash_config.block_size)."""
     def get(name: str) -> Any:
         head, _, rest = name.partition(".")
         value = cfg.get(head)
@@ -80,6 +86,16 @@ def config_problems(cfg: dict[str, Any], path: Path, *, objects: tuple[str, ...]
                 problems.append(f"{path}: {name} is missing (a positive integer)")
         elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
             problems.append(f"{path}: {name} must be a positive integer, found {_found(value)}")
+    for name in indices:
+        value = get(name)
+        if name in lists:  # a list's own type is named above
+            bad = [v for v in value if not _is_index(v)] if isinstance(value, list) else []
+            want = "a list of non-negative integers"
+        else:
+            bad = [] if value is None or _is_index(value) else [value]
+            want = "a non-negative integer"
+        if bad:
+            problems.append(f"{path}: {name} must be {want}, found {_found(bad[0])}")
     return problems
 
 
@@ -92,7 +108,8 @@ def check_config_types(drafter_cfg: dict[str, Any], target_cfg: dict[str, Any], 
         lists=("architectures", "target_layer_ids", "dflash_config.target_layer_ids"),
         counts=("hidden_size", "num_hidden_layers", "head_dim", "num_attention_heads", "block_size",
                 "dflash_config.block_size"),
-        required=("hidden_size", "num_hidden_layers"))
+        required=("hidden_size", "num_hidden_layers"),
+        indices=("target_layer_ids", "dflash_config.target_layer_ids", "dflash_config.mask_token_id"))
     text = target_cfg.get("text_config")
 
     def where(*names: str) -> tuple[str, ...]:  # text_config's settings win over the top level's
@@ -157,7 +174,7 @@ def _safetensors_problem(path: Path) -> str | None:
         if name == "__metadata__":
             continue
         offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_index(o) for o in offsets)
                 and 0 <= offsets[0] <= offsets[1] <= data):
             return f"{path}: tensor {name} has data_offsets {offsets!r} outside the file's {data} data bytes"
     return None
@@ -215,10 +232,10 @@ def check_pair(facts: dict[str, Any], recipe: Recipe, drafter_cfg_path: Path, ta
                         f"target {facts['target_hidden_size']} ({target_cfg_path})")
     n_target = facts["target_num_layers"] or 0
     ids = facts["target_layer_ids"]
-    if not ids or not all(isinstance(i, int) and 0 <= i < n_target for i in ids):
+    if not ids or not all(_is_index(i) and i < n_target for i in ids):
         problems.append(f"dflash_config.target_layer_ids {ids} are not layers of the {n_target}-layer target")
     vocab = facts["target_vocab_size"] or 0
-    if not isinstance(facts["mask_token_id"], int) or not 0 <= facts["mask_token_id"] < vocab:
+    if not _is_index(facts["mask_token_id"]) or not facts["mask_token_id"] < vocab:
         problems.append(f"dflash_config.mask_token_id {facts['mask_token_id']!r} is not a token of the "
                         f"{vocab}-token vocabulary")
     expect = recipe.expect

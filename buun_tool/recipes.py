@@ -189,7 +189,9 @@ class _Reader:
             node = node[part]
         if kind is float and isinstance(node, int) and not isinstance(node, bool):
             node = float(node)
-        if not isinstance(node, kind) or (isinstance(node, bool) and kind in (int, float)):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        # YAML's true (and yes) is a bool, and a bool an int to Python: only a boolean field takes one
+        if not isinstance(node, kind) or (isinstance(node, bool) and bool not in kinds):
             raise self.fail(dotted, f"a {_kind_name(kind)}", node)
         return node
 
@@ -382,8 +384,9 @@ def parse(source: Path, data: Any) -> Recipe:
     for key in ("block_size", "mask_token_id", "hidden_size"):
         if key in expect:
             r.get(f"expect.{key}", int)
-    if "target_layer_ids" in expect:
-        r.get("expect.target_layer_ids", list)
+    ids = r.get("expect.target_layer_ids", list, [])
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):  # [true] equals [1]
+        raise r.fail("expect.target_layer_ids", "a list of integers >= 0", ids)
     flags = r.get("server.flags", dict, {})
     for flag, value in flags.items():
         if not isinstance(flag, str) or not flag.startswith("-"):

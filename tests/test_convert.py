@@ -109,6 +109,13 @@ class TestDrafterFolder:
         ("drafter", {"num_attention_heads": 2.5, "head_dim": None},
          "num_attention_heads must be a positive integer, found a number (2.5)"),
         ("drafter", {"architectures": 7}, "architectures must be a list, found an integer (7)"),
+        # bool is an int to Python: true was taken as token 1 and layer 1
+        ("drafter", {"dflash_config": {"mask_token_id": True, "target_layer_ids": [1, 3, 5]}},
+         "dflash_config.mask_token_id must be a non-negative integer, found a boolean (true)"),
+        ("drafter", {"dflash_config": {"mask_token_id": 248070, "target_layer_ids": [1, True, 5]}},
+         "dflash_config.target_layer_ids must be a list of non-negative integers, found a boolean (true)"),
+        ("drafter", {"dflash_config": {"mask_token_id": 248070}, "target_layer_ids": [1, 3.0]},
+         "config.json: target_layer_ids must be a list of non-negative integers, found a number (3.0)"),
         ("target", {"text_config": ["hidden_size", 256]}, "config.json: text_config must be an object, found a list"),
         ("target", {"text_config": "qwen3_5_text"}, "config.json: text_config must be an object, found a string"),
         ("target", {"text_config": {"hidden_size": 256, "num_hidden_layers": "8", "vocab_size": 248320}},
