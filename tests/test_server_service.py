@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -169,14 +171,74 @@ def test_the_unit_serves_the_recipe_models_from_the_folder_resolved_at_install(
                                                                        str(lay.drafter_gguf()))
 
 
+_C_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "s": " ",
+              "\\": "\\", '"': '"', "'": "'"}
+
+
+def _systemd_words(rvalue: str) -> list[str]:
+    """A setting's words as systemd.syntax reads them: specifiers expanded (only %% is written by
+    buun: any other % is an error here), then split at white space outside quotes, with C escapes
+    (\\n, \\xNN, \\\\, \\") unescaped."""
+    assert re.fullmatch(r"(?:[^%]|%%)*", rvalue), f"an unescaped specifier in {rvalue!r}"
+    text, words, word, quote, i = rvalue.replace("%%", "%"), [], None, None, 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            nxt = text[i + 1]
+            if nxt == "x":
+                c, i = chr(int(text[i + 2:i + 4], 16)), i + 2
+            else:
+                c = _C_ESCAPES[nxt]
+            i += 1
+        elif c in "\"'" and quote in (None, c):
+            quote = None if quote else c
+            word, i = word or "", i + 1
+            continue
+        elif c in " \t" and quote is None:
+            if word is not None:
+                words.append(word)
+            word, i = None, i + 1
+            continue
+        word, i = (word or "") + c, i + 1
+    assert quote is None, f"an unclosed quote in {rvalue!r}"
+    return [*words, *([word] if word is not None else [])]
+
+
 def _unit_env(unit: str) -> dict[str, str]:
-    """The unit's Environment= lines (plain paths and values here: nothing to unescape but %%)."""
+    """The unit's Environment= assignments as systemd reads them (its lines end at \\n alone)."""
     out = {}
-    for line in unit.splitlines():
-        if line.startswith('Environment="'):
-            key, value = line[len('Environment="'):-1].split("=", 1)
-            out[key] = value.replace("%%", "%")
+    for line in unit.split("\n"):
+        if line.startswith("Environment="):
+            for word in _systemd_words(line[len("Environment="):]):
+                key, value = word.split("=", 1)
+                out[key] = value
     return out
+
+
+def test_environment_values_are_written_as_systemd_reads_them(unit_env: dict,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A carried value is read back as it was: a newline in it ended its Environment= line, and the
+    rest became a directive of its own (here an ExecStartPre)."""
+    tricky = 'a\nExecStartPre=/bin/false\n "q" \\ \\n 100% $HOME ${X}\tend\x01\\'
+    monkeypatch.setenv("LLAMA_SPEC_PROFILE", tricky)
+    assert install(unit_env, "--name", "e").exit_code == 0
+    unit = (unit_env["dir"] / "buun-e.service").read_text()
+    directives = [ln.split("=", 1)[0] for ln in unit.split("\n") if ln and not ln.startswith(("#", "["))]
+    assert "ExecStartPre" not in directives and directives.count("ExecStart") == 1
+    assert _unit_env(unit)["LLAMA_SPEC_PROFILE"] == tricky
+
+
+def test_a_folder_a_unit_cannot_name_is_refused(tmp_path: Path) -> None:
+    """WorkingDirectory= has no quoting: buun run from a folder with a newline in its name refuses
+    to write the unit rather than write a second directive."""
+    root = tmp_path / "src\nExecStartPre=x"
+    shutil.copytree(ROOT / "buun_tool", root / "buun_tool", ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("from pathlib import Path; from buun_tool.server import service; from buun_tool.errors import BuunError\n"
+            "try: service.render('x', Path('/s'), 10, {})\n"
+            "except BuunError as e: print(e.message)")
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(root)}, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert "which a systemd unit's WorkingDirectory= cannot hold" in r.stdout, r.stdout + r.stderr
 
 
 @pytest.mark.slow

@@ -42,18 +42,26 @@ def unit_name(instance: str) -> str:
     return f"buun-{instance}.service"
 
 
+def _quoted(text: str) -> str:
+    """`text` in double quotes as systemd.syntax unquotes them, with C escapes: a backslash and a
+    quote escaped, a control character (a newline above all, which would end the line and start
+    a directive of its own) as \\xNN."""
+    text = text.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", text) + '"'
+
+
 def quote(arg: str) -> str:
     """One ExecStart word: double-quoted when needed; `%` and `$` escaped so systemd takes them literally."""
     arg = arg.replace("%", "%%").replace("$", "$$")
-    if arg and not re.search(r'[\s"\'\\;]', arg):
+    if arg and not re.search(r'[\s"\'\\;\x00-\x1f\x7f]', arg):
         return arg
-    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return _quoted(arg)
 
 
 def _env_line(key: str, value: str) -> str:
-    """Environment= takes quoted assignments; specifiers (%) are expanded, variables are not."""
-    assignment = f"{key}={value}".replace("%", "%%").replace("\\", "\\\\").replace('"', '\\"')
-    return f'Environment="{assignment}"'
+    """Environment= takes quoted assignments, C escapes unescaped; specifiers (%) are expanded,
+    variables are not ($ is taken as it is, systemd.exec says)."""
+    return f"Environment={_quoted(f'{key}={value}'.replace('%', '%%'))}"
 
 
 def exec_argv(instance: str, spec_file: Path) -> list[str]:
@@ -64,6 +72,11 @@ def exec_argv(instance: str, spec_file: Path) -> list[str]:
 def render(instance: str, spec_file: Path, stop_timeout: float, env: dict[str, str] | None = None) -> str:
     env = dict(os.environ) if env is None else env
     pkg_root = Path(buun_tool.__file__).resolve().parent.parent
+    # WorkingDirectory= is taken unquoted and stripped: no escape writes a newline or an end space
+    if re.search(r"[\x00-\x1f\x7f]", str(pkg_root)) or str(pkg_root) != str(pkg_root).strip():
+        raise BuunError(f"buun's folder {str(pkg_root)!r} has a control character or white space at its end, "
+                        "which a systemd unit's WorkingDirectory= cannot hold",
+                        "install buun in a folder with a plain name, or run the server with `buun start`")
     lines = [
         "# Written by `buun service install`; re-run it to change the settings.",
         "[Unit]",
