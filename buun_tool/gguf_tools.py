@@ -183,21 +183,36 @@ class GgufFile:
         if self.version not in GGUF_VERSIONS:
             raise ValueError(f"GGUF version {self.version}; llama.cpp reads versions 2 and 3")
         offset = 24
+        # counts no file of this size can hold are refused before a loop runs over them: a key
+        # takes at least 13 bytes (name length, type, a uint8), a tensor info 24
+        if n_kv * 13 + n_tensors * 24 > len(buf) - offset:
+            raise ValueError(f"the header's key count {n_kv} and tensor count {n_tensors} are more than the "
+                             f"file's {len(buf)} bytes hold")
         self.kv: dict[str, Kv] = {}
-        for _ in range(n_kv):
-            key, offset = _decode(buf, offset, GGUFValueType.STRING)
-            start = offset
-            vtype = GGUFValueType(struct.unpack_from("<I", buf, offset)[0])
-            offset += 4
-            sub, count = None, 1
-            if vtype == GGUFValueType.ARRAY:
-                sub_raw, count = struct.unpack_from("<IQ", buf, offset)
-                sub = GGUFValueType(sub_raw)
-                offset = _skip_array(buf, offset + 12, sub, count)
-            elif vtype == GGUFValueType.STRING:
-                offset = _decode(buf, offset, vtype)[1]
-            else:
-                offset += struct.calcsize(_SCALARS[vtype])
+        for i in range(n_kv):
+            key = f"key number {i}"  # until its name is read
+            try:
+                key, offset = _decode(buf, offset, GGUFValueType.STRING)
+                start = offset
+                vtype = GGUFValueType(struct.unpack_from("<I", buf, offset)[0])
+                offset += 4
+                sub, count = None, 1
+                if vtype == GGUFValueType.ARRAY:
+                    sub_raw, count = struct.unpack_from("<IQ", buf, offset)
+                    sub = GGUFValueType(sub_raw)
+                    offset += 12
+                    # each item takes at least its scalar's size or a string's 8-byte length
+                    least = struct.calcsize(_SCALARS[sub]) if sub in _SCALARS else 8
+                    if count * least > len(buf) - offset:
+                        raise ValueError(f"an array of {count} {sub.name.lower()} items, more than the "
+                                         f"{len(buf) - offset} bytes left in the file hold")
+                    offset = _skip_array(buf, offset, sub, count)
+                elif vtype == GGUFValueType.STRING:
+                    offset = _decode(buf, offset, vtype)[1]
+                else:
+                    offset += struct.calcsize(_SCALARS[vtype])
+            except (ValueError, struct.error) as exc:
+                raise ValueError(f"{key}: {exc}") from None
             self.kv[key] = Kv(key, vtype, sub, count, start, offset, buf)
         infos = []
         for _ in range(n_tensors):

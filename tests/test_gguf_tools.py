@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,12 @@ class TestReader:
         (None, None, (b"token_embd.weight", 4, "<QQ", 2**40, 2**40), "has an impossible shape"),
         (None, None, (b"token_embd.weight", 0, "<I", 5), "token_embd.weight has 5 dimensions (at most 4)"),
         (None, None, (b"GGUF", 0, "<I", 1), "GGUF version 1; llama.cpp reads versions 2 and 3"),
+        # a declared count is checked against the bytes left before anything loops over it, and named
+        ("tokenizer.ggml.tokens", ["a", "b"], (b"tokenizer.ggml.tokens", 8, "<Q", 2**40),
+         "tokenizer.ggml.tokens: an array of 1099511627776 string items, more than the"),
+        ("llama.layers", [1, 2], (b"llama.layers", 8, "<Q", 2**40), "llama.layers: an array of 1099511627776 "),
+        (None, None, (b"GGUF", 4, "<Q", 2**40),
+         "the header's key count 1 and tensor count 1099511627776 are more than the file's"),
     ])
     def test_nonsense_in_the_header_is_refused(self, tmp_path: Path, key: str | None, value: Any,
                                                patch: tuple[Any, ...] | None, why: str):
@@ -134,6 +141,27 @@ class TestReader:
         assert exc.value.hint and "buun pull --verify" in exc.value.hint
         res = CliRunner().invoke(app, ["gguf", "inspect", str(path)])
         assert res.exit_code == Exit.USAGE and why in " ".join(res.output.split()), res.output
+
+
+    def test_a_count_past_the_file_is_refused_without_reading_on(self, tmp_path: Path):
+        """A vocabulary whose count is damaged, in a large file: the reader walked the rest of the file
+        string by string (minutes for a 16 GB target, 8 s for 400 MB of zeros) before its error, which
+        did not name the key."""
+        path = tmp_path / "big.gguf"
+        w = gguf.GGUFWriter(path, "llama")
+        w.add_array("tokenizer.ggml.tokens", ["a", "b"])
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.close()
+        data = bytearray(path.read_bytes())
+        struct.pack_into("<Q", data, data.index(b"tokenizer.ggml.tokens") + len(b"tokenizer.ggml.tokens") + 8, 2**40)
+        path.write_bytes(bytes(data))
+        with open(path, "r+b") as fh:
+            fh.truncate(2**30)  # 1 GiB of zeros, sparse: strings of length 0 to a reader that walks them
+        t0 = time.monotonic()
+        with pytest.raises(UsageError, match="tokenizer.ggml.tokens: an array of 1099511627776 string items"):
+            gguf_tools.GgufFile(path)
+        assert time.monotonic() - t0 < 2
 
 
 class TestInspect:
