@@ -364,6 +364,35 @@ def stage_status(p: BuildPlan, stamp: dict[str, object] | None = None) -> StageS
     return current(f"{_what(p)} is built in {p.build_dir}")
 
 
+def variant_status(variant: str, stamp: dict[str, object]) -> StageStatus:
+    """stage_status (as `buun setup` and `buun build` judge it) for the build of `variant` with the
+    CUDA arch and web UI of its `stamp`: what `buun doctor` reports and `buun serve` warns of."""
+    try:
+        p = plan(cpu=variant == "cpu", cuda=variant == "cuda", arch=str(stamp.get("arch") or "") or None,
+                 ui=str(stamp.get("ui") or "") or None)
+    except BuunError as exc:  # no nvcc any more for the CUDA build, say
+        return stale(exc.message)
+    return stage_status(p)
+
+
+def rebuild_command(variant: str) -> str:
+    return f"buun build {'--cpu' if variant == 'cpu' else '--cuda'}"
+
+
+def stale_warning(binary: Path) -> str | None:
+    """One line when `binary` is of a build of buun's that variant_status finds stale (the patched
+    tree, its flags or the compiler changed since): serving it runs the old code. None for a
+    current build, and for binaries buun did not build (BUUN_LLAMA_BIN_DIR elsewhere)."""
+    variant = variant_of(binary)
+    if variant is None or binary.parent.resolve() != (paths.build_dir(variant) / "bin").resolve():
+        return None
+    status = variant_status(variant, read_stamp(variant) or {})
+    if status.current:
+        return None
+    return (f"the {variant} build of llama.cpp is older than the patched source or its settings "
+            f"({status.detail}): serving its old binaries; run `{rebuild_command(variant)}`")
+
+
 def build(p: BuildPlan, force: bool = False) -> BuildResult:
     if p.upstream:
         src = upstream_source()

@@ -18,7 +18,6 @@ from pathlib import Path
 from buun_tool import build, patches, paths, synth, vendor
 from buun_tool.errors import BuunError
 from buun_tool.recipes import Recipe
-from buun_tool.stage import StageStatus, stale
 
 # What a build needs besides the models: the vendored tree and a CUDA build directory.
 BUILD_DISK_BYTES = 3 * 2**30
@@ -164,11 +163,11 @@ def check_llama_state() -> list[Check]:
         checks.append(Check("build", "warn", "llama.cpp is not built", "run `buun build`", required=False))
     for variant, stamp in built.items():
         arch = f", sm_{stamp['arch']}" if stamp.get("arch") else ""
-        status = _build_status(variant, stamp)
+        status = build.variant_status(variant, stamp)
         if status.current:
             checks.append(Check(f"build ({variant})", "ok", f"{paths.build_dir(variant)}{arch}", required=False))
         else:  # the stamp alone says it was built once, not that it is the tree and flags of now
-            again = f"buun build {'--cpu' if variant == 'cpu' else '--cuda'}"
+            again = build.rebuild_command(variant)
             checks.append(Check(f"build ({variant})", "warn",
                                 f"{paths.build_dir(variant)}{arch} is stale: {status.detail}",
                                 f"run `{again}` (`buun serve` runs the old binaries until then)", required=False))
@@ -178,17 +177,6 @@ def check_llama_state() -> list[Check]:
         else:
             checks.append(Check("web UI", "ok", f"embedded ({stamp.get('ui')})", required=False))
     return checks
-
-
-def _build_status(variant: str, stamp: dict[str, object]) -> StageStatus:
-    """The build stage's own answer (build.stage_status, as `buun setup` and `buun build` judge it)
-    for the build of `variant` with the CUDA arch and web UI it was made with."""
-    try:
-        p = build.plan(cpu=variant == "cpu", cuda=variant == "cuda", arch=str(stamp.get("arch") or "") or None,
-                       ui=str(stamp.get("ui") or "") or None)
-    except BuunError as exc:  # no nvcc any more for the CUDA build, say
-        return stale(exc.message)
-    return build.stage_status(p)
 
 
 def run_checks(recipe: Recipe | None, models_dir: Path, cpu_only: bool = False) -> list[Check]:

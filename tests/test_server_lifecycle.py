@@ -90,6 +90,30 @@ def test_start_chat_crash_restart_stop(buun: Buun) -> None:
     assert buun("status", "main", "--json", check=True) and buun.status("main")["running"] is False
 
 
+def test_a_stale_build_serves_with_a_warning(buun: Buun, llama_bin: Path, tmp_path: Path) -> None:
+    """A build the patched source moved past (what `buun doctor` calls stale) still serves, with one
+    line saying so and what rebuilds it; it started without a word. A current build says nothing."""
+    from buun_tool import build
+
+    builds = tmp_path / "build"
+    (builds / "cpu" / "bin").mkdir(parents=True)
+    for f in llama_bin.iterdir():  # the CPU build's binaries under a stamp of this test's own
+        (builds / "cpu" / "bin" / f.name).symlink_to(f)
+    stamp = json.loads((llama_bin.parent / build.STAMP).read_text())
+    env = {"BUUN_BUILD_DIR": str(builds)}
+    warning = "the cpu build of llama.cpp is older than the patched source or its settings"
+    for source, stale in ((stamp["source"], False), ({**stamp["source"], "tree": "0" * 40}, True)):
+        (builds / "cpu" / build.STAMP).write_text(json.dumps({**stamp, "source": source}))
+        r = buun("start", *buun.launch_args("old", free_port(), extra=TEST_FLAGS), env=env, check=True)
+        text = " ".join(r.stderr.split())
+        assert (warning in text) == stale and "ready" in text, text
+        if stale:
+            assert "(changed since the cpu build: the patched source tree)" in text and "`buun build --cpu`" in text
+            assert buun.record("old")["command"][0] == str(builds / "cpu" / "bin" / "llama-server")
+        buun("stop", "old", check=True)
+    assert_none_left(buun)
+
+
 def test_port_in_use_names_the_holder(buun: Buun) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

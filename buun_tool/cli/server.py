@@ -34,7 +34,7 @@ from typing import Annotated, Any
 
 import typer
 
-from buun_tool import console, paths
+from buun_tool import build, console, paths
 from buun_tool.cli.launch import ApiKeyOpt, LaunchOptions, launch_command
 from buun_tool.cli.options import FollowOpt, LinesOpt, show_log
 from buun_tool.errors import Exit, UsageError
@@ -61,6 +61,13 @@ def _printer(spec: spec_mod.LaunchSpec):
     return show
 
 
+def _warn_if_stale(spec: spec_mod.LaunchSpec) -> None:
+    """A build the patches (or its flags) moved past still serves, with a line saying so (doctor's check)."""
+    warning = build.stale_warning(Path(spec.binary))
+    if warning:
+        console.warn(warning)
+
+
 @launch_command
 def serve(
     opts: LaunchOptions, api_key: ApiKeyOpt = None,
@@ -76,6 +83,7 @@ def serve(
         for problem in spec.missing_files():
             console.warn(f"{problem.message}; {problem.hint}")
         return
+    _warn_if_stale(spec)
     control.launch(spec, key, foreground=_printer(spec))  # `buun start`'s path, the supervisor in this process
 
 
@@ -88,6 +96,7 @@ def start(
 
     Takes the options of `buun serve`, flags after `--` included; returns once the server is ready."""
     spec, key = opts.resolve(api_key)
+    _warn_if_stale(spec)
     console.step(f"starting {spec.name} on {spec.url}")
     try:
         record = control.launch(spec, key, wait=wait, progress=lambda text: console.info(f"    {text}"))
