@@ -67,8 +67,9 @@ def check_python() -> Check:
                  "" if ok else "install Python 3.11 or newer")
 
 
-def check_gpu(cpu_only: bool) -> list[Check]:
-    gpus = build.detect_gpus()
+def check_gpu(cpu_only: bool, gpus: list[build.Gpu] | None = None) -> list[Check]:
+    """The GPU lines; `gpus` is detect_gpus's answer when the caller already has it."""
+    gpus = build.detect_gpus() if gpus is None else gpus
     if not gpus:
         listed = build.listed_gpus()
         if listed:
@@ -179,13 +180,14 @@ def check_llama_state() -> list[Check]:
     return checks
 
 
-def run_checks(recipe: Recipe | None, models_dir: Path, cpu_only: bool = False) -> list[Check]:
+def run_checks(recipe: Recipe | None, models_dir: Path, cpu_only: bool = False,
+               gpus: list[build.Gpu] | None = None) -> list[Check]:
     checks = [
         Check("os", "ok" if sys.platform == "linux" else "warn",
               f"{platform.system()} {platform.release()} ({platform.machine()})",
               "" if sys.platform == "linux" else "buun is made for Linux", required=False),
         check_python(),
-        *check_gpu(cpu_only),
+        *check_gpu(cpu_only, gpus),
         _tool("git", ["git", "--version"], "apt-get install git"),
         _tool("cmake", ["cmake", "--version"], "apt-get install cmake (3.18 or newer)", min_version=(3, 18)),
         _tool("compiler", ["c++", "--version"], "apt-get install build-essential"),

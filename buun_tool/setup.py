@@ -63,13 +63,14 @@ class Stage:
 # --- the stages -----------------------------------------------------------------------------
 
 def _doctor(ctx: Context) -> None:
-    checks = doctor.run_checks(ctx.recipe, ctx.models_dir, cpu_only=ctx.cpu)
+    detected = build.detect_gpus()  # once: doctor's GPU lines and the memory check read the same answer
+    checks = doctor.run_checks(ctx.recipe, ctx.models_dir, cpu_only=ctx.cpu, gpus=detected)
     failed = [c for c in checks if c.failed]
     if failed:
         raise BuunError("the machine is not ready:\n  " + "\n  ".join(f"{c.name}: {c.detail}" for c in failed),
                         "; ".join(c.fix for c in failed if c.fix) or "run `buun doctor` for details",
                         exit_code=Exit.NOT_READY)
-    gpus = [] if ctx.cpu else build.detect_gpus()
+    gpus = [] if ctx.cpu else detected
     if gpus:
         _check_gpu_memory(ctx, gpus[0])
     console.ok("doctor: the required checks pass" + ("" if gpus else " (no GPU: CPU build)"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from typer.testing import CliRunner
 
 from buun_tool import build, vendor
 from buun_tool.cli.app import app
+from tests.fake_gpus import write_nvidia_smi
 
 
 def _disk(*args: str) -> str:
@@ -49,3 +51,20 @@ def test_a_stale_build_is_not_ok(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert check["status"] == "warn", check
     assert "is stale: changed since the cpu build: the patched source tree" in check["detail"]
     assert "buun build --cpu" in check["fix"]
+
+
+def test_setup_checks_the_cards_with_one_nvidia_smi_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """setup's doctor stage reads the cards once, for doctor's GPU lines and its GPU-memory check
+    alike: it ran nvidia-smi's query a second time for the memory check."""
+    from buun_tool import doctor, recipes, setup
+
+    smi = write_nvidia_smi(tmp_path / "bin", [("NVIDIA H200", "9.0", 143771)])
+    calls = tmp_path / "calls"
+    smi.write_text(smi.read_text().replace("#!/bin/sh\n", f'#!/bin/sh\necho "$1" >> "{calls}"\n', 1))
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.8, V12.8.93'\n")
+    nvcc.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(doctor, "disk_needed", lambda recipe: 0)  # this machine's free space is not the point
+    setup._doctor(setup.Context(recipes.load(), tmp_path / "models"))
+    assert calls.read_text().splitlines() == ["--query-gpu=name,compute_cap,memory.total,driver_version"]
