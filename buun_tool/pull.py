@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 from collections.abc import Callable, Sequence
@@ -229,6 +230,27 @@ def _remote_files(api: HfApi, spec: RepoSpec, token: str | None) -> tuple[str, d
     return info.sha, files
 
 
+# What the Hub's listing gives a file, as the Hub writes it: the LFS sha256 and the git blob id
+# name the partial file (_partial_path), so a listing that could say anything (a mirror at
+# HF_ENDPOINT) must not put a '/' or '..' into a path.
+_HEX_ID = {"sha256": re.compile(r"[0-9a-f]{64}"), "git blob id": re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")}
+
+
+def _check_listed(f: RemoteFile, spec: RepoSpec) -> None:
+    for what, value in (("sha256", f.sha256), ("git blob id", f.git_oid)):
+        if value is not None and not (isinstance(value, str) and _HEX_ID[what].fullmatch(value)):
+            bad = f"the {what} {value!r:.80}"
+            break
+    else:
+        if isinstance(f.size, int) and not isinstance(f.size, bool) and f.size >= 0:
+            return
+        bad = f"the size {f.size!r:.80}"
+    raise BuunError(f"the Hub's listing of {spec.repo}@{spec.revision} gives {f.name} {bad}, which no Hub writes; "
+                    "nothing was downloaded",
+                    f"check HF_ENDPOINT ({hub_endpoint()}): it must be the Hub or a mirror that serves its format",
+                    Exit.NETWORK)
+
+
 def _matches(remote: RemoteFile, sha256: str | None, git_oid: str | None) -> bool:
     if remote.sha256:
         return sha256 == remote.sha256
@@ -272,6 +294,8 @@ def plan_repo(api: HfApi, recipe: Recipe, role: str, folder: Path, token: str | 
         raise _hub_error(EntryNotFoundError(missing[0]), recipe, role, spec, ", ".join(missing))
     recorded = (read_manifest(folder) or {"files": {}})["files"]
     plan = RepoPlan(role, spec, folder, commit, [remote[f] for f in spec.files])
+    for f in plan.files:
+        _check_listed(f, spec)
     for f in plan.files:
         entry = _local_entry(folder, recorded.get(f.name), f, verify)
         if entry is None:

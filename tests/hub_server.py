@@ -88,6 +88,7 @@ class FakeHub:
         self.repos: dict[str, HubRepo] = {}
         self.tokens = set(tokens)  # tokens with access to the gated repos
         self.reported_sizes: dict[tuple[str, str], int] = {}
+        self.reported_sha256: dict[tuple[str, str], str] = {}  # an LFS sha256 the listing gives instead
         self.cuts: dict[tuple[str, str], Cut] = {}
         self.tampered: dict[tuple[str, str], bytes] = {}  # served instead of the real content
         self.log: list[dict[str, Any]] = []
@@ -228,7 +229,8 @@ class _Handler(BaseHTTPRequestHandler):
             size = self.hub.reported_sizes.get((repo_id, name), f.size)
             entry: dict[str, Any] = {"rfilename": name, "size": size, "blobId": f.oid()}
             if f.lfs:
-                entry["lfs"] = {"size": size, "sha256": f.sha256(), "pointerSize": len(f.pointer())}
+                sha256 = self.hub.reported_sha256.get((repo_id, name), f.sha256())
+                entry["lfs"] = {"size": size, "sha256": sha256, "pointerSize": len(f.pointer())}
             siblings.append(entry)
         body = json.dumps({"id": repo_id, "modelId": repo_id, "sha": commit, "private": False,
                            "gated": "auto" if repo.gated else False, "siblings": siblings}).encode()

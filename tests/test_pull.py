@@ -169,6 +169,21 @@ class TestErrors:
         manifest = json.loads((folder / pull.MANIFEST).read_text())
         assert "model.safetensors" not in manifest["files"]  # only verified files are recorded
 
+    def test_a_listing_whose_hash_is_a_path_is_refused_before_any_download(self, hub: FakeHub,
+                                                                           recipe: recipes.Recipe):
+        # The LFS sha256 names the partial file: "/../../../../../" would put it, appended to and
+        # then deleted, five folders up, beside the models folder.
+        hub.reported_sha256[(DRAFTER, "model.safetensors")] = "/../../../../../" + "0" * 48
+        victim = paths.models_dir().parent / ".part"
+        victim.parent.mkdir(parents=True, exist_ok=True)
+        victim.write_bytes(b"someone else's file\n")
+        err = _fail(recipe, roles=("drafter",))
+        assert err.exit_code == Exit.NETWORK
+        assert (f"the Hub's listing of {DRAFTER}@main gives model.safetensors the sha256 '/../../../../../"
+                in err.message)
+        assert victim.read_bytes() == b"someone else's file\n"
+        assert hub.requests(kind="resolve") == []
+
     def test_disk_space_is_checked_against_the_hub_sizes_before_downloading(self, hub: FakeHub,
                                                                           recipe: recipes.Recipe):
         hub.reported_sizes[(TARGET, GGUF)] = 2**60  # an exabyte: no disk has that
