@@ -23,7 +23,7 @@ from typing import Any
 from buun_tool import console
 from buun_tool.errors import BuunError, NotReadyError, UsageError
 from buun_tool.pull import layout, require_pulled
-from buun_tool.recipes import Recipe
+from buun_tool.recipes import Recipe, shown
 from buun_tool.stage import StageStatus, current, stale
 
 DRAFTER_ARCHITECTURES = ("DFlashDraftModel", "DFlash2DraftModel")
@@ -242,7 +242,7 @@ def check_pair(facts: dict[str, Any], recipe: Recipe, drafter_cfg_path: Path, ta
     for key, got in (("block_size", facts["block_size"]), ("mask_token_id", facts["mask_token_id"]),
                      ("target_layer_ids", ids), ("hidden_size", facts["hidden_size"])):
         if key in expect and expect[key] != got:
-            problems.append(f"{recipe.source}: expect.{key} is {expect[key]!r} but the drafter has {got!r}")
+            problems.append(f"{recipe.source}: expect.{key} is {shown(expect[key])} but the drafter has {got!r}")
     if problems:
         raise UsageError("the drafter does not fit the target:\n  " + "\n  ".join(problems),
                          "check the recipe's drafter/tokenizer repos and revisions")

@@ -12,6 +12,7 @@ cross-field rules run on load, so `buun recipes` refuses every recipe `buun synt
 from __future__ import annotations
 
 import difflib
+import reprlib
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -31,6 +32,18 @@ MAX_SLOTS = 8
 
 class RecipeError(UsageError):
     pass
+
+
+# A value quoted in an error is cut short: YAML aliases make a recipe of a few hundred bytes hold a
+# list of a billion items (each anchor `&a [...]` repeated ten times by the next), whose whole repr
+# would take all the memory there is.
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxstring, _SHORT.maxother = 2, 8, 8, 200, 200
+
+
+def shown(value: Any) -> str:
+    """`value`'s repr, at most a few hundred characters whatever its size."""
+    return _SHORT.repr(value)
 
 
 @dataclass(frozen=True)
@@ -176,7 +189,7 @@ class _Reader:
         self.data = data
 
     def fail(self, dotted: str, expected: str, got: Any = None) -> RecipeError:
-        tail = f", got {got!r}" if got is not None else ""
+        tail = f", got {shown(got)}" if got is not None else ""
         return RecipeError(f"{self.source}: {dotted}: expected {expected}{tail}")
 
     def get(self, dotted: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
@@ -386,7 +399,7 @@ def parse(source: Path, data: Any) -> Recipe:
             r.get(f"expect.{key}", int)
     ids = r.get("expect.target_layer_ids", list, [])
     if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):  # [true] equals [1]
-        raise r.fail("expect.target_layer_ids", "a list of integers >= 0", ids)
+        raise r.fail("expect.target_layer_ids", "a list of layer indices (integers >= 0)", ids)
     flags = r.get("server.flags", dict, {})
     for flag, value in flags.items():
         if not isinstance(flag, str) or not flag.startswith("-"):

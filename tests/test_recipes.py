@@ -76,7 +76,7 @@ def test_tiny_geometry_keeps_the_structure():
     ("geometry.tiny.target.vocab_size", "4k", "geometry.tiny.target.vocab_size: expected a integer, got '4k'"),
     ("expect.mask_token_id", "248070", "expect.mask_token_id: expected a integer"),
     ("expect.mask_token_id", True, "expect.mask_token_id: expected a integer, got True"),
-    ("expect.target_layer_ids", [1, True, 5], "expect.target_layer_ids: expected a list of integers >= 0"),
+    ("expect.target_layer_ids", [1, True, 5], "expect.target_layer_ids: expected a list of layer indices (integers >= 0)"),
     # YAML's `revision: yes` is true, not a branch or tag name: it was fetched as revision "True"
     ("drafter.revision", True, "drafter.revision: expected a string or integer, got True"),
     ("server.tree.budget", -1, "server.tree.budget: expected 0 (the chain) or a number of draft nodes, got -1"),
@@ -311,3 +311,34 @@ class TestCli:
                                         f"{user / 'broken.yaml'}") for ln in lines), res.stdout
         assert "name: [unclosed" in res.stdout and "expected ',' or ']', but got '<stream end>'" in res.stdout
         assert any(str(paths.recipes_dir() / f"{recipes.DEFAULT_RECIPE}.yaml") in ln for ln in lines)
+
+
+def _aliases(levels: int) -> str:
+    """A YAML list whose anchors each repeat the one before ten times: `levels` lines, 10**levels
+    leaves once expanded (aliases share one object: loading it costs nothing)."""
+    rows = ["  - &l0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    rows += [f"  - &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, levels)]
+    return "\n".join(rows)
+
+
+@pytest.mark.parametrize(("dotted", "expected"), [
+    ("server.flags.-c", "server.flags.-c: expected one value"),
+    ("server.gpus", "server.gpus: expected a list of nvidia-smi card indices"),
+    ("expect.target_layer_ids", "expect.target_layer_ids: expected a list of layer indices"),
+])
+def test_a_value_of_yaml_aliases_is_quoted_short(tmp_path: Path, dotted: str, expected: str):
+    """Each level multiplies the value's text by ten: quoted whole, a recipe of 9 such lines (500
+    bytes) asked for gigabytes; 6 show it here in a second and 5 MB."""
+    *parents, last = dotted.split(".")
+    text = yaml.safe_dump(_shipped(), sort_keys=False)
+    data = yaml.safe_load(text)
+    node = data
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[last] = "BOMB"
+    text = yaml.safe_dump(data, sort_keys=False).replace(
+        f"{last}: BOMB", f"{last}:\n" + _aliases(6).replace("  - ", " " * (2 * len(parents) + 2) + "- "))
+    path = _write(tmp_path, text)
+    res = CliRunner().invoke(app, ["drafter", str(path)])
+    assert res.exit_code == Exit.USAGE, res.output
+    assert expected in res.stderr and len(res.stderr) < 2000
