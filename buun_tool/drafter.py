@@ -14,6 +14,7 @@ from __future__ import annotations
 import filecmp
 import json
 import os
+import re
 import shutil
 import struct
 from dataclasses import asdict, dataclass
@@ -129,7 +130,7 @@ def read_config(path: Path, what: str) -> dict[str, Any]:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise BuunError(f"{what} {path} is missing", "run `buun pull` again") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, a too long integer
         raise BuunError(f"{what} {path} is not valid JSON: {_json_error(exc)}",
                         "delete it and run `buun pull` again") from None
     if not isinstance(data, dict):
@@ -140,13 +141,18 @@ def read_config(path: Path, what: str) -> dict[str, Any]:
 def _json_error(exc: ValueError | RecursionError) -> str:
     if isinstance(exc, UnicodeDecodeError):
         return f"not UTF-8 text (byte {exc.start})"
-    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    digits = re.search(r"value has (\d+) digits", str(exc))
+    if digits and not isinstance(exc, json.JSONDecodeError):  # Python reads integers of 4300 digits at most
+        return f"an integer of {digits.group(1)} digits, longer than any a model's file has"
+    return str(exc)
 
 
 def _json_problem(path: Path) -> str | None:
     try:
         json.loads(path.read_bytes())
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:
         return f"{path} is not valid JSON: {_json_error(exc)}"
     return None
 
@@ -165,7 +171,7 @@ def _safetensors_problem(path: Path) -> str | None:
         raw = fh.read(n)
     try:
         header = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:
         return f"{path}: its header is not valid JSON: {_json_error(exc)}"
     if not isinstance(header, dict):
         return f"{path}: its header is not a JSON object"

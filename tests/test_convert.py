@@ -31,6 +31,10 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _safetensors(header: bytes) -> bytes:
+    return len(header).to_bytes(8, "little") + header
+
+
 def _flat(text: str) -> str:
     return " ".join(text.split())
 
@@ -148,6 +152,11 @@ class TestDrafterFolder:
         ("drafter", "model.safetensors", lambda b: b[:len(b) // 2], "outside the file's"),
         ("tokenizer", "tokenizer_config.json", lambda b: b"<html>rate limited</html>", "is not valid JSON"),
         ("tokenizer", "tokenizer.json", lambda b: b"\xff\xfe" + b, "is not valid JSON: not UTF-8 text"),
+        # json reads an integer of at most 4300 digits; a longer one was a ValueError traceback
+        ("tokenizer", "tokenizer.json", lambda b: b'{"n": ' + b"9" * 5000 + b"}",
+         "is not valid JSON: an integer of 5000 digits"),
+        ("drafter", "model.safetensors", lambda b: _safetensors(b'{"w": {"data_offsets": [0, 1' + b"0" * 5000 + b"]}}"),
+         "its header is not valid JSON: an integer of 5001 digits"),
     ])
     def test_a_file_the_converter_cannot_read_is_named(self, pulled: recipes.Recipe, role: str, name: str,
                                                        damage: Callable[[bytes], bytes], message: str,
@@ -166,6 +175,13 @@ class TestDrafterFolder:
         monkeypatch.setattr(convert, "converter_python", lambda *a: pytest.fail("the converter was set up"))
         with pytest.raises(UsageError, match="files the converter cannot read"):
             convert.convert(pulled, paths.models_dir())
+
+    def test_a_config_with_a_number_too_long_to_read_is_named(self, pulled: recipes.Recipe):
+        cfg = pull.layout(pulled, paths.models_dir()).tokenizer_dir / "config.json"
+        cfg.write_text('{"vocab_size": ' + "1" * 5000 + "}")
+        res = CliRunner().invoke(app, ["drafter", str(pulled.source)])
+        assert res.exit_code == Exit.FAILED, res.output
+        assert f"the target config {cfg} is not valid JSON: an integer of 5000 digits" in _flat(res.output)
 
     def test_a_config_that_is_not_text_is_named(self, pulled: recipes.Recipe):
         cfg = pull.layout(pulled, paths.models_dir()).drafter_dir / "config.json"
