@@ -29,6 +29,7 @@ from buun_tool.stage import StageStatus, current, stale
 
 DRAFTER_ARCHITECTURES = ("DFlashDraftModel", "DFlash2DraftModel")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+SAFETENSORS_MAX_HEADER = 100_000_000  # the format's limit on its JSON header (the safetensors library's)
 
 
 @dataclass
@@ -166,6 +167,9 @@ def _safetensors_problem(path: Path) -> str | None:
         if len(head) < 8:
             return f"{path} is {size} bytes: too short for a safetensors header"
         (n,) = struct.unpack("<Q", head)
+        if n > SAFETENSORS_MAX_HEADER:  # read whole into memory below: the file's word is not enough
+            return (f"{path}: its header claims {n} bytes, more than the {SAFETENSORS_MAX_HEADER} "
+                    "a safetensors file may have")
         if 8 + n > size:
             return f"{path}: its header claims {n} bytes, the file has {size - 8} after the length"
         raw = fh.read(n)

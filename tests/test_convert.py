@@ -176,6 +176,18 @@ class TestDrafterFolder:
         with pytest.raises(UsageError, match="files the converter cannot read"):
             convert.convert(pulled, paths.models_dir())
 
+    def test_a_safetensors_header_larger_than_the_format_allows_is_not_read(self, pulled: recipes.Recipe):
+        """The header's length is the file's to say: a drafter of 16 GB that says 15 GB had them read
+        into memory and parsed as JSON. The format caps it at 100 MB (safetensors refuses more)."""
+        path = pull.layout(pulled, paths.models_dir()).drafter_dir / "model.safetensors"
+        with open(path, "wb") as f:  # sparse: the claimed header costs no disk
+            f.write((drafter.SAFETENSORS_MAX_HEADER + 1).to_bytes(8, "little"))
+            f.truncate(8 + drafter.SAFETENSORS_MAX_HEADER + 1)
+        res = CliRunner().invoke(app, ["drafter", str(pulled.source)])
+        assert res.exit_code == Exit.USAGE, res.output
+        assert (f"{path}: its header claims 100000001 bytes, more than the 100000000 a safetensors file may have"
+                in _flat(res.output))
+
     def test_a_config_with_a_number_too_long_to_read_is_named(self, pulled: recipes.Recipe):
         cfg = pull.layout(pulled, paths.models_dir()).tokenizer_dir / "config.json"
         cfg.write_text('{"vocab_size": ' + "1" * 5000 + "}")
