@@ -100,6 +100,13 @@ def _extract(tar: tarfile.TarFile, prefix: str, dest: Path, trim: list[str]) -> 
         rel = name[len(prefix):]
         if not rel or is_trimmed(rel, trim) or m.isdev():
             continue
+        if m.issym() or m.islnk():
+            # tarfile's "data" filter lets some links out of `dest` (CVE-2025-4517, before Python
+            # 3.11.13/3.12.11) and a hard link to a renamed member is a KeyError; the pinned tree has none.
+            link = m.linkname if len(m.linkname) <= 60 else m.linkname[:57] + "..."
+            raise BuunError(f"{m.name} is a {'symbolic' if m.issym() else 'hard'} link (to {link}): the pinned "
+                            "llama.cpp tree has no links, so no archive of it has one; nothing was unpacked",
+                            "use an archive written by `buun vendor --archive FILE`")
         m.name = rel
         members.append(m)
     tar.extractall(dest, members=members, filter="data")

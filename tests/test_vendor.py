@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import stat
+import tarfile
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -112,3 +115,53 @@ def test_cli_archive_option(fake_project: FakeProject, tmp_path) -> None:
     result = runner.invoke(app, ["vendor", "--archive", str(out)])
     assert result.exit_code == 0, result.output
     assert out.is_file() and out.stat().st_size > 0
+
+
+def _escaping_archive(path: Path, up: int) -> Path:
+    """A `llama.cpp/` archive that writes `outside.txt` `up` folders above where it is unpacked,
+    past the "data" filter of a Python before 3.11.13/3.12.11 (CVE-2025-4517): every link points
+    inside by its text, but the real path of a/b/.../p is longer than PATH_MAX, so the filter's
+    realpath() stops following links there and reads the rest of the path as text."""
+    long_dir, steps, top = "d" * 247, "abcdefghijklmnop", "llama.cpp"
+    with tarfile.open(path, "w") as tar:
+        def add(name: str, kind: bytes, link: str = "", data: bytes = b"") -> None:
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.type, info.linkname, info.size, info.mode = kind, link, len(data), 0o755
+            tar.addfile(info, io.BytesIO(data))
+
+        add("CMakeLists.txt", tarfile.REGTYPE, data=b"project(fake)\n")
+        where = ""
+        for step in steps:
+            add(os.path.join(where, long_dir), tarfile.DIRTYPE)
+            add(os.path.join(where, step), tarfile.SYMTYPE, long_dir)
+            where = os.path.join(where, long_dir)
+        back = os.path.join(*steps, "l" * 254)  # to the top, through the long folders
+        add(back, tarfile.SYMTYPE, os.path.join(*[".."] * len(steps)))
+        add("escape", tarfile.SYMTYPE, back + "/.." * up)
+        add("escape/outside.txt", tarfile.REGTYPE, data=b"written outside\n")
+    return path
+
+
+def test_an_archive_with_links_is_refused_and_writes_nothing_outside(fake_project: FakeProject, tmp_path) -> None:
+    """The pinned tree has no links (its hash would differ), so an archive's link is refused
+    before anything is unpacked: tarfile's own filter cannot be relied on for them."""
+    archive = _escaping_archive(tmp_path / "evil.tar", up=4)  # unpacked in checkout/vendor/.tmp-X/llama.cpp
+    result = runner.invoke(app, ["vendor", "--from-archive", str(archive)])
+    assert result.exit_code == Exit.NETWORK, result.output
+    assert not (tmp_path / "outside.txt").exists()
+    assert "llama.cpp/a is a symbolic link (to dddd" in result.output
+    assert "the pinned llama.cpp tree has no links" in result.output
+    assert not fake_project.llama.exists()
+
+
+def test_an_archive_with_a_hard_link_is_refused(fake_project: FakeProject, tmp_path) -> None:
+    archive = tmp_path / "hard.tar"
+    with tarfile.open(archive, "w") as tar:
+        for name, kind, link in (("llama.cpp/CMakeLists.txt", tarfile.REGTYPE, ""),
+                                 ("llama.cpp/common/arg.cpp", tarfile.LNKTYPE, "llama.cpp/CMakeLists.txt")):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = kind, link
+            tar.addfile(info, io.BytesIO(b""))
+    result = runner.invoke(app, ["vendor", "--from-archive", str(archive)])
+    assert result.exit_code == Exit.NETWORK, result.output
+    assert "llama.cpp/common/arg.cpp is a hard link (to llama.cpp/CMakeLists.txt)" in result.output
