@@ -90,9 +90,16 @@ def _member_name(name: str) -> str:
     return name
 
 
+# What llama.cpp's source may unpack to, its models and docs included (the pinned tree, trimmed, is
+# about 40 MB): an archive's members say their own sizes, and a few MB of xz (or a sparse member)
+# can say terabytes, to fill the disk or keep `git add` hashing zeros for hours.
+MAX_UNPACKED = 2 * 2**30
+
+
 def _extract(tar: tarfile.TarFile, prefix: str, dest: Path, trim: list[str]) -> int:
     """Extract members under `prefix` into dest, without the prefix and without trimmed paths."""
     members = []
+    total = 0
     for m in tar.getmembers():
         name = _member_name(m.name)
         if not name.startswith(prefix) or name == prefix.rstrip("/"):
@@ -106,6 +113,11 @@ def _extract(tar: tarfile.TarFile, prefix: str, dest: Path, trim: list[str]) -> 
             link = m.linkname if len(m.linkname) <= 60 else m.linkname[:57] + "..."
             raise BuunError(f"{m.name} is a {'symbolic' if m.issym() else 'hard'} link (to {link}): the pinned "
                             "llama.cpp tree has no links, so no archive of it has one; nothing was unpacked",
+                            "use an archive written by `buun vendor --archive FILE`")
+        total += m.size
+        if total > MAX_UNPACKED:
+            raise BuunError(f"the archive unpacks to more than {MAX_UNPACKED // 2**30} GiB (at {m.name}, {m.size} "
+                            "bytes): llama.cpp's source is a few hundred MB; nothing was unpacked",
                             "use an archive written by `buun vendor --archive FILE`")
         m.name = rel
         members.append(m)

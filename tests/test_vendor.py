@@ -165,3 +165,20 @@ def test_an_archive_with_a_hard_link_is_refused(fake_project: FakeProject, tmp_p
     result = runner.invoke(app, ["vendor", "--from-archive", str(archive)])
     assert result.exit_code == Exit.NETWORK, result.output
     assert "llama.cpp/common/arg.cpp is a hard link (to llama.cpp/CMakeLists.txt)" in result.output
+
+
+def test_an_archive_that_unpacks_to_more_than_any_llama_cpp_is_refused(fake_project: FakeProject, tmp_path) -> None:
+    """A member's size is the archive's word: a sparse 3 GiB member takes a few KB of tar (so would
+    a few MB of xz of zeros), and unpacked it kept `git add` hashing zeros."""
+    top = tmp_path / "sparse" / "llama.cpp"
+    top.mkdir(parents=True)
+    (top / "CMakeLists.txt").write_text("project(fake)\n")
+    with open(top / "big.bin", "wb") as f:
+        f.truncate(3 * 2**30)
+    archive = tmp_path / "sparse.tar"
+    run("tar", "-S", "-cf", str(archive), "-C", str(top.parent), "llama.cpp")
+    assert archive.stat().st_size < 2**20
+    result = runner.invoke(app, ["vendor", "--from-archive", str(archive)])
+    assert result.exit_code == Exit.NETWORK, result.output
+    assert "the archive unpacks to more than 2 GiB (at llama.cpp/big.bin, 3221225472 bytes)" in result.output
+    assert not fake_project.llama.exists()
