@@ -12,6 +12,7 @@ cross-field rules run on load, so `buun recipes` refuses every recipe `buun synt
 from __future__ import annotations
 
 import difflib
+import re
 import reprlib
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
@@ -22,12 +23,17 @@ import yaml
 
 from buun_tool import paths
 from buun_tool.errors import UsageError
+from buun_tool.server import command
 
 DEFAULT_RECIPE = "qwen3.5-27b-dflash"
 QUANT_TYPES = ("Q4_K_M", "Q4_K_S", "Q5_K_M", "Q5_K_S", "Q6_K", "Q8_0", "F16", "BF16")
 # llama-server slots buun serves and plans (server.slots, --slots): the most the harness checks
 # (tests/test_slots.py runs 2, 4 and 8 at once)
 MAX_SLOTS = 8
+
+
+# A flag's spelling: a recipe's key becomes one word of llama-server's command line.
+_FLAG_NAME = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
 class RecipeError(UsageError):
@@ -404,8 +410,16 @@ def parse(source: Path, data: Any) -> Recipe:
     for flag, value in flags.items():
         if not isinstance(flag, str) or not flag.startswith("-"):
             raise r.fail(f"server.flags.{flag}", "a llama-server flag starting with '-'", flag)
+        if not _FLAG_NAME.fullmatch(flag):  # one argv word, as llama-server spells its flags
+            raise r.fail(f"server.flags.{flag}", "one llama-server flag: '-' or '--' and a name, without "
+                         "spaces or '='", flag)
         if isinstance(value, (list, dict)):  # would reach llama-server as its Python repr
             raise r.fail(f"server.flags.{flag}", "one value (a string or number), true or false", value)
+        # A value that is a flag makes the flag before it a switch and itself the next option: a
+        # recipe's `--jinja: -m` would name the model (or --host, --rpc) past buun's own checks.
+        if isinstance(value, str) and command.looks_like_flag(value):
+            raise r.fail(f"server.flags.{flag}", "a value, not another flag (each flag is a key of its own; "
+                         "a switch is `true`)", value)
     tree_budget, tree_k = _tree(r)
     return Recipe(
         name=name,

@@ -141,6 +141,11 @@ def test_an_unknown_key_with_no_near_one_lists_the_valid_keys(tmp_path: Path):
     ("tokenizer.target_config", "./config.json", "tokenizer.target_config: expected a file's path inside"),
     ("tokenizer.files", [], "tokenizer.files: expected at least one file name"),
     ("server", ["--jinja"], "server: expected a mapping"),
+    # a value that is a flag would be llama-server's next option: the model, the address, past buun's checks
+    ("server.flags.--jinja", "-m", "server.flags.--jinja: expected a value, not another flag"),
+    ("server.flags.-ngl", "--host", "server.flags.-ngl: expected a value, not another flag"),
+    ("server.flags.--jinja --no-mmap", True, "server.flags.--jinja --no-mmap: expected one llama-server flag"),
+    ("server.flags.--rpc=10", True, "server.flags.--rpc=10: expected one llama-server flag"),
     # the name becomes the converted drafter's folder (models/gguf/NAME), its log and the instance
     ("name", "../../../../tmp/evil", "name: expected letters, digits, '.', '_' and '-' (up to 64)"),
     ("name", ".hidden", "name: expected letters, digits"),
@@ -188,6 +193,11 @@ def test_a_file_in_a_repository_subfolder_is_a_path_inside_the_models_folder(tmp
     path = _write(tmp_path, _set(_shipped(), "target.gguf", "Q4_K_M/Qwen3.5-27B-Q4_K_M.gguf"))
     r = recipes.load(str(path))
     assert r.target_gguf == "Q4_K_M/Qwen3.5-27B-Q4_K_M.gguf" and r.target.files == ("Q4_K_M/Qwen3.5-27B-Q4_K_M.gguf",)
+
+
+def test_a_negative_number_is_a_value(tmp_path: Path):
+    r = recipes.load(str(_write(tmp_path, _set(_shipped(), "server.flags.--reasoning-budget", "-1"))))
+    assert r.server_flags["--reasoning-budget"] == "-1"
 
 
 def test_server_flag_must_look_like_a_flag(tmp_path: Path):

@@ -123,7 +123,8 @@ def take_models(flags: Sequence[Flag]) -> tuple[str, str | None, list[Flag]]:
     return models["-m"], models.get("-md"), [f for f in flags if canonical(f[0]) not in ("-m", "-md")]
 
 
-def _looks_like_flag(token: str) -> bool:
+def looks_like_flag(token: str) -> bool:
+    """A word llama-server reads as an option, not a value: `-c`, `--jinja`, not `-1` or `-0.5`."""
     return token.startswith("-") and not re.fullmatch(r"-\d[\d.eE+-]*", token)
 
 
@@ -134,14 +135,14 @@ def parse_args(args: Sequence[str]) -> list[Flag]:
     i = 0
     while i < len(args):
         token = args[i]
-        if not _looks_like_flag(token):
+        if not looks_like_flag(token):
             raise UsageError(f"unexpected argument {token!r} for llama-server",
                              "extra llama-server arguments are flags, each followed by its value if it takes one")
         if token.startswith("--") and "=" in token:
             name, value = token.split("=", 1)
             flags.append((name, value))
             i += 1
-        elif i + 1 < len(args) and not _looks_like_flag(args[i + 1]):
+        elif i + 1 < len(args) and not looks_like_flag(args[i + 1]):
             flags.append((token, args[i + 1]))
             i += 2
         else:
