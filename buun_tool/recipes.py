@@ -36,6 +36,30 @@ MAX_SLOTS = 8
 _FLAG_NAME = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
+# llama-server flags a recipe may not set: they name a program, a file, a folder or a source on the
+# network for llama-server to run, write, serve or load, and a recipe is a file anyone may hand on
+# (`buun serve --recipe their.yaml`). A loopback server needs no API key, so `--tools` would let
+# every user of the machine run shell commands as this one. The user's own flags after `--` may
+# still name them. (The pinned llama.cpp's common/arg.cpp, every spelling.)
+RECIPE_REFUSED: dict[str, str] = {
+    **dict.fromkeys(("--tools", "--tools-runtime"), "lets every client run shell commands and read and write files"),
+    **dict.fromkeys(("--mcp-servers-config", "--mcp-servers-json"), "starts the programs it names (MCP servers)"),
+    **dict.fromkeys(("--ui-mcp-proxy", "--webui-mcp-proxy"), "relays clients' requests to other servers"),
+    "--props": "lets every client change the server's settings (POST /props)",
+    "--path": "serves the files of the folder it names to every client",
+    "--media-path": "lets every client read the files of the folder it names",
+    "--slot-save-path": "lets every client write files into the folder it names",
+    **dict.fromkeys(("--ui-config-file", "--webui-config-file", "--chat-template-file"),
+                    "shows the file it names to every client"),
+    **dict.fromkeys(("--log-file", "--log-prompts-dir", "--logits-output-dir"), "writes where it says"),
+    **dict.fromkeys(("-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "--spec-draft-hf",
+                     "-hfd", "-hfrd", "--hf-repo-draft", "-mmu", "--mmproj-url", "--server-base"),
+                    "downloads from the network"),
+    **dict.fromkeys(("-mm", "--mmproj", "--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled",
+                     "--models-dir", "--models-preset"), "loads weights from a file other than the recipe's models"),
+}
+
+
 class RecipeError(UsageError):
     pass
 
@@ -413,6 +437,11 @@ def parse(source: Path, data: Any) -> Recipe:
         if not _FLAG_NAME.fullmatch(flag):  # one argv word, as llama-server spells its flags
             raise r.fail(f"server.flags.{flag}", "one llama-server flag: '-' or '--' and a name, without "
                          "spaces or '='", flag)
+        refused = RECIPE_REFUSED.get(flag[:2] + flag[2:].replace("_", "-") if flag.startswith("--") else flag)
+        if refused and value is not False:
+            raise RecipeError(f"{source}: server.flags.{flag}: a recipe may not set {flag}: it {refused}",
+                              f"leave it out of the recipe; to use it on purpose, give it yourself after `--` "
+                              f"(`buun serve --recipe {source} -- {flag} ...`)")
         if isinstance(value, (list, dict)):  # would reach llama-server as its Python repr
             raise r.fail(f"server.flags.{flag}", "one value (a string or number), true or false", value)
         # A value that is a flag makes the flag before it a switch and itself the next option: a

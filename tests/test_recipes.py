@@ -195,6 +195,33 @@ def test_a_file_in_a_repository_subfolder_is_a_path_inside_the_models_folder(tmp
     assert r.target_gguf == "Q4_K_M/Qwen3.5-27B-Q4_K_M.gguf" and r.target.files == ("Q4_K_M/Qwen3.5-27B-Q4_K_M.gguf",)
 
 
+@pytest.mark.parametrize(("flag", "value", "why"), [
+    ("--tools", "all", "it lets every client run shell commands"),
+    ("--mcp-servers-json", '{"mcpServers": {"x": {"command": "sh"}}}', "it starts the programs it names"),
+    ("--path", "/", "it serves the files of the folder it names to every client"),
+    ("--slot_save_path", "/tmp", "it lets every client write files"),  # llama-server reads '_' as '-'
+    ("--chat-template-file", "/etc/passwd", "it shows the file it names to every client"),
+    ("--log-file", "/tmp/x", "it writes where it says"),
+    ("-hf", "someone/model", "it downloads from the network"),
+    ("--lora", "/tmp/x.gguf", "it loads weights from a file other than the recipe's models"),
+    ("--props", True, "it lets every client change the server's settings"),
+])
+def test_a_recipe_may_not_hand_the_server_to_its_clients(tmp_path: Path, flag: str, value: Any, why: str):
+    """A recipe is a file anyone may hand on: a loopback server needs no API key, so with `--tools`
+    every user of the machine could run shell commands as this one."""
+    path = _write(tmp_path, _set(_shipped(), f"server.flags.{flag}", value))
+    res = CliRunner().invoke(app, ["drafter", str(path)])
+    assert res.exit_code == Exit.USAGE, res.output
+    assert f"{path}: server.flags.{flag}: a recipe may not set {flag}: {why}" in res.stderr
+    assert "give it yourself after `--`" in res.stderr
+
+
+def test_a_recipe_may_turn_such_a_flag_off(tmp_path: Path):
+    data = _set(_shipped(), "server.flags.--no-props", True)
+    r = recipes.load(str(_write(tmp_path, _set(data, "server.flags.--tools", False))))
+    assert r.server_flags["--no-props"] is True
+
+
 def test_a_negative_number_is_a_value(tmp_path: Path):
     r = recipes.load(str(_write(tmp_path, _set(_shipped(), "server.flags.--reasoning-budget", "-1"))))
     assert r.server_flags["--reasoning-budget"] == "-1"
