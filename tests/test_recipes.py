@@ -76,7 +76,8 @@ def test_tiny_geometry_keeps_the_structure():
     ("geometry.tiny.target.vocab_size", "4k", "geometry.tiny.target.vocab_size: expected a integer, got '4k'"),
     ("expect.mask_token_id", "248070", "expect.mask_token_id: expected a integer"),
     ("expect.mask_token_id", True, "expect.mask_token_id: expected a integer, got True"),
-    ("expect.target_layer_ids", [1, True, 5], "expect.target_layer_ids: expected a list of layer indices (integers >= 0)"),
+    ("expect.target_layer_ids", [1, True, 5],
+     "expect.target_layer_ids: expected a list of layer indices (integers >= 0)"),
     # YAML's `revision: yes` is true, not a branch or tag name: it was fetched as revision "True"
     ("drafter.revision", True, "drafter.revision: expected a string or integer, got True"),
     ("server.tree.budget", -1, "server.tree.budget: expected 0 (the chain) or a number of draft nodes, got -1"),
