@@ -471,12 +471,17 @@ def parse(source: Path, data: Any) -> Recipe:
 
 def load_file(path: Path) -> Recipe:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_bytes().decode("utf-8"))  # UTF-8 whatever the locale
     except FileNotFoundError:
         raise RecipeError(f"recipe file {path} does not exist",
                           "run `buun recipes` to list the known recipes") from None
+    except UnicodeDecodeError as exc:  # another encoding: not a traceback
+        raise RecipeError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})",
+                          "save the recipe as UTF-8 and run the same command again") from None
     except yaml.YAMLError as exc:
         raise RecipeError(f"{path}: not valid YAML: {exc}") from None
+    if data is None:  # an empty file (or only comments): not "a mapping ... got NoneType"
+        raise RecipeError(f"{path}: the file is empty", "a recipe is a YAML mapping, as recipes/*.yaml are")
     return parse(path, data)
 
 
@@ -500,6 +505,10 @@ def load(name_or_path: str | None = None) -> Recipe:
     if ref in known:
         return load_file(known[ref])
     as_path = Path(ref).expanduser()
+    if as_path.is_dir():  # not "unknown recipe": the user gave a path, to the wrong thing
+        raise RecipeError(f"{ref} is a folder, not a recipe file",
+                          f"pass the recipe's YAML file in it, or a name `buun recipes` lists "
+                          f"({', '.join(sorted(known)) or 'none'})")
     if ref.endswith((".yaml", ".yml")) or as_path.is_file():
         return load_file(as_path)
     raise RecipeError(f"unknown recipe '{ref}'", f"known recipes: {', '.join(sorted(known)) or 'none'}; "

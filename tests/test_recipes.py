@@ -16,8 +16,12 @@ from buun_tool.cli.app import app
 from buun_tool.errors import Exit
 
 
+def _shipped_text() -> str:
+    return recipes.load().source.read_text()
+
+
 def _shipped() -> dict[str, Any]:
-    return yaml.safe_load(recipes.load().source.read_text())
+    return yaml.safe_load(_shipped_text())
 
 
 def _write(tmp_path: Path, data: Any, name: str = "r.yaml") -> Path:
@@ -240,6 +244,30 @@ def test_not_yaml_and_not_a_mapping(tmp_path: Path):
         recipes.load(str(_write(tmp_path, "name: [unclosed\n")))
     with pytest.raises(recipes.RecipeError, match="expected a mapping at the top level, got list"):
         recipes.load(str(_write(tmp_path, "- a\n- b\n")))
+
+
+def test_a_file_that_is_not_a_recipe_is_named_for_what_it_is(tmp_path: Path):
+    """Text in another encoding (a UnicodeDecodeError traceback before), an empty file (was "got
+    NoneType") and a folder (was "unknown recipe") each say what is wrong, as usage errors: in
+    `buun serve` and in `buun recipes`, which lists the user's recipes."""
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(_shipped_text().replace("description: ", "description: caf\xe9 ").encode("latin-1"))
+    empty = _write(tmp_path, "# nothing yet\n", "empty.yaml")
+    folder = tmp_path / "folder.yaml"
+    folder.mkdir()
+    for given, expected in ((latin, f"{latin}: not UTF-8 text (invalid continuation byte at byte "),
+                            (empty, f"{empty}: the file is empty"),
+                            (folder, f"{folder} is a folder, not a recipe file"),
+                            (tmp_path, f"{tmp_path} is a folder, not a recipe file")):
+        res = CliRunner().invoke(app, ["serve", "--print-cmd", str(given)])
+        assert res.exit_code == Exit.USAGE and res.stderr.startswith(f"error: {expected}"), res.output
+    user = paths.config_dir() / "recipes"
+    user.mkdir(parents=True)
+    (user / "latin.yaml").write_bytes(latin.read_bytes())
+    res = CliRunner().invoke(app, ["recipes", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = {r["name"]: r for r in json.loads(res.stdout)}
+    assert "not UTF-8 text" in rows["latin"]["error"] and rows[recipes.DEFAULT_RECIPE]["error"] is None
 
 
 def test_unknown_name_lists_the_known_recipes():
