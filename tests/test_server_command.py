@@ -250,6 +250,16 @@ class TestPrintCmd:
             "-ctk q8_0 -np 1 --alias qwen3.5-27b-dflash --host 127.0.0.1 --port 9001 --metrics")
 
 
+    def test_supervision_values_are_checked_by_their_option_names(self, fake_bin: Path) -> None:
+        """nan passed the check, inf or nan MiB of log was a traceback (OverflowError, ValueError),
+        and a negative --backoff or --log-max-mb was named by the spec's field (--backoff-initial,
+        --log-max-bytes), an option no command has."""
+        for option, value in (("--log-max-mb", "inf"), ("--log-max-mb", "nan"), ("--log-max-mb", "-1"),
+                              ("--backoff", "-1"), ("--ready-timeout", "nan"), ("--health-interval", "-inf")):
+            r = self.run(option, value)
+            assert r.exit_code == 2, (option, value, r.output)
+            assert r.stderr.startswith(f"error: {option} {value}: expected a finite number of 0 or more\n"), r.output
+
     def test_managed_flag_after_dashes(self, fake_bin: Path) -> None:
         r = self.run("--", "-m", "other.gguf")
         assert r.exit_code == 2 and "buun serve --model" in flat(r.stderr)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ import typer
 
 from buun_tool import paths
 from buun_tool.cli.options import ModelsDirOpt, RecipeArg, recipe_and_server_flags
+from buun_tool.errors import UsageError
 from buun_tool.server import devices
 from buun_tool.server import spec as spec_mod
 
@@ -129,12 +131,27 @@ def _bundle(
 ) -> LaunchOptions:
     """The shared options, declared once as these parameters, bundled."""
     recipe, extra = recipe_and_server_flags(recipe, ctx.args)
+    _check_supervision({"--ready-timeout": ready_timeout, "--health-interval": health_interval,
+                        "--health-timeout": health_timeout, "--health-failures": health_failures,
+                        "--max-crashes": max_crashes, "--crash-window": crash_window, "--backoff": backoff,
+                        "--backoff-max": backoff_max, "--stop-timeout": stop_timeout, "--log-max-mb": log_max_mb,
+                        "--log-keep": log_keep, "--stall-timeout": stall_timeout})
     policy = spec_mod.Policy(ready_timeout, health_interval, health_timeout, health_failures, max_crashes,
                              crash_window, backoff, backoff_max, stop_timeout, int(log_max_mb * 2**20), log_keep,
                              stall_timeout)
     return LaunchOptions(recipe, name, model, draft, paths.models_dir(models_dir), host, port, no_api_key,
                          list(drop or []), tree_budget, slots, devices.parse_gpus(gpus) if gpus else None, draft_gpu,
                          rpc, extra, policy)
+
+
+def _check_supervision(values: dict[str, float]) -> None:
+    """Each supervision option a finite number of 0 or more, named as the command line spells it:
+    nan passed every comparison and `--log-max-mb inf` (or nan) was a traceback; Policy.validate,
+    which checks the spec's fields, names some of them otherwise (backoff_initial, log_max_bytes)."""
+    for option, value in values.items():
+        if not math.isfinite(value) or value < 0:
+            raise UsageError(f"{option} {value:g}: expected a finite number of 0 or more",
+                             "`buun serve --help` lists the supervision options and their defaults")
 
 
 _SHARED = list(inspect.signature(_bundle, eval_str=True).parameters.values())
