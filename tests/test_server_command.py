@@ -288,6 +288,23 @@ class TestPrintCmd:
         assert f"warning: the target model {target} does not exist; run `buun pull qwen3.5-27b-dflash`" in err
         assert f"warning: the drafter {draft} does not exist; run `buun convert qwen3.5-27b-dflash`" in err
 
+    def test_a_folder_given_for_a_model_is_named_as_a_folder(self, fake_bin: Path, tmp_path: Path) -> None:
+        """`--model DIR` said "the target model DIR does not exist" (and exit 3, as for a model not
+        pulled yet): the folder is there, the option names the wrong thing."""
+        folder = tmp_path / "models"
+        folder.mkdir()
+        for name in ("t.gguf", "d.gguf"):
+            (tmp_path / name).write_bytes(b"GGUF")
+        for option, role in (("--model", "target model"), ("--draft", "drafter")):
+            given = ["--model", str(tmp_path / "t.gguf"), "--draft", str(tmp_path / "d.gguf")]
+            given[given.index(option) + 1] = str(folder)
+            r = CliRunner().invoke(app, ["serve", *given])
+            assert r.exit_code == 2, r.output
+            assert flat(r.stderr).startswith(f"error: the {role} {folder} is a folder, not a GGUF file hint: pass "
+                                             f"{option} with the path of the .gguf file in it"), r.output
+            shown = CliRunner().invoke(app, ["serve", *given, "--print-cmd"])
+            assert shown.exit_code == 0 and f"the {role} {folder} is a folder" in flat(shown.stderr)
+
     def test_missing_binary_points_to_build(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(tmp_path))
         r = self.run()

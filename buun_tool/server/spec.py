@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from buun_tool import build, console, convert, fit, patches, pull, recipes
-from buun_tool.errors import NotReadyError, UsageError
+from buun_tool.errors import BuunError, NotReadyError, UsageError
 from buun_tool.server import command, devices, rpc
 from buun_tool.server.command import Flag
 
@@ -116,13 +116,17 @@ class LaunchSpec:
         d["policy"] = Policy(**d.get("policy", {}))
         return cls(**d)
 
-    def missing_files(self) -> list[NotReadyError]:
+    def missing_files(self) -> list[BuunError]:
         """What `serve` needs on disk and does not find, each with what to run."""
-        missing = []
+        missing: list[BuunError] = []
         if not Path(self.binary).is_file():
             missing.append(NotReadyError(f"llama-server is missing: {self.binary}", "run `buun build`"))
         for role, path, fix in (("target model", self.target, "buun pull"), ("drafter", self.draft, "buun convert")):
-            if not Path(path).is_file():
+            option = f"--{'model' if role[0] == 't' else 'draft'}"
+            if Path(path).is_dir():  # a folder given for the file: it exists, so "does not exist" misled
+                missing.append(UsageError(f"the {role} {path} is a folder, not a GGUF file",
+                                          f"pass {option} with the path of the .gguf file in it"))
+            elif not Path(path).is_file():
                 missing.append(NotReadyError(
                     f"the {role} {path} does not exist", f"run `{fix} {self.recipe}` (or `buun setup`), or pass "
                     f"--{'model' if role[0] == 't' else 'draft'} with the path of an existing GGUF"))
