@@ -151,6 +151,8 @@ class GgufFile:
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        if self.path.is_dir():  # there, but not a file: "does not exist" would send the user looking for it
+            raise UsageError(f"{path} is a folder, not a GGUF file", "pass the path of a .gguf file in it")
         if not self.path.is_file():
             raise UsageError(f"{path} does not exist")
         self._fh = open(self.path, "rb")

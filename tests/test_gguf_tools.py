@@ -209,6 +209,12 @@ class TestInspect:
         res = CliRunner().invoke(app, ["gguf", "inspect", str(tmp_path / "none.gguf")])
         assert res.exit_code == Exit.USAGE and "does not exist" in " ".join(res.output.split())
 
+    def test_cli_a_folder(self, tmp_path: Path):
+        """A folder is not "a file that does not exist"."""
+        res = CliRunner().invoke(app, ["gguf", "inspect", str(tmp_path)])
+        assert res.exit_code == Exit.USAGE and res.stderr == (f"error: {tmp_path} is a folder, not a GGUF file\n"
+                                                              "hint: pass the path of a .gguf file in it\n")
+
 
 # --- a drafter in the buun fork's format ----------------------------------------------------
 
