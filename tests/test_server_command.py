@@ -409,6 +409,14 @@ class TestExposure:
         r = CliRunner().invoke(app, ["setup", "--host", "0.0.0.0", "--dry-run", "--no-api-key"])
         assert "no API key is set" not in flat(r.stderr) and "server command" in r.stdout
 
+    def test_setup_refuses_a_port_before_its_first_stage(self) -> None:
+        """The plan showed `--port 99999` and a real run would have downloaded and built everything
+        before the serve stage refused it."""
+        for port in ("0", "65536", "99999"):
+            r = CliRunner().invoke(app, ["setup", "--port", port, "--dry-run"])
+            assert r.exit_code == 2 and r.stderr == f"error: --port {port}: expected 1..65535\n", r.output
+            assert r.stdout == ""
+
     def test_loopback_needs_no_key(self, fake_bin: Path) -> None:
         r = CliRunner().invoke(app, ["serve", *self.ARGS[:4], "--port", "1"])
         assert r.exit_code == 3 and "/m/t.gguf does not exist" in flat(r.stderr)

@@ -45,7 +45,9 @@ def setup(
     if recipe and recipe_file:
         raise UsageError("give a recipe name or --recipe-file, not both")
     r = recipes.load(str(recipe_file) if recipe_file else recipe)
-    # before any stage: an open bind without a key would only be refused at the last one
+    # before any stage: an open bind without a key, or a port that cannot be, would only be refused
+    # at the last one, after the downloads and the build
+    spec_mod.check_port(port)
     flags = command.merge(command.recipe_flags(r.server_flags), command.parse_args(extra))
     command.check_exposure(host, flags, api_key, no_api_key)
     context = setup_stage.Context(r, models_dir=paths.models_dir(models_dir), cpu=cpu, host=host, port=port,

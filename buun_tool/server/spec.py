@@ -166,8 +166,7 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
                             models_dir, tree_budget, slots, where, endpoints,
                             cpu_build=build.variant_of(binary) == "cpu")
     flags, secrets, context = resolved.flags, resolved.secrets, resolved.context
-    if not 0 < port < 65536:
-        raise UsageError(f"--port {port}: expected 1..65535")
+    check_port(port)
     from_layout = model is None and draft is None
     if model is None or draft is None:
         find = default_models if need_models else default_paths
@@ -197,6 +196,12 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
         raise UsageError("--no-api-key contradicts the API key given (--api-key, BUUN_API_KEY or the recipe)",
                          "leave out one of them")
     return spec, key
+
+
+def check_port(port: int) -> None:
+    """The server's --port, checked by every command that launches one before it does anything else."""
+    if not 0 < port < 65536:
+        raise UsageError(f"--port {port}: expected 1..65535")
 
 
 def with_models_dir(spec: LaunchSpec, models_dir: Path) -> LaunchSpec:
