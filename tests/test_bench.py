@@ -107,6 +107,27 @@ def test_a_url_where_no_server_answers_says_so(tmp_path: Path) -> None:
     assert res.exit_code == 2 and f"such as http://127.0.0.1:{port}" in " ".join(res.output.split()), res.output
 
 
+def test_models_and_suites_are_checked_before_anything_is_made(tmp_path: Path) -> None:
+    """Before: a misspelt --suite was refused after buun synth wrote the pair (16.5 GB at full scale);
+    a --target that does not exist, or a folder, made a run folder and started a server that could
+    not load it; a --drafter without a --target, or either with --url, was ignored without a word."""
+    models, out = tmp_path / "models", tmp_path / "run"
+    target = tmp_path / "t.gguf"
+    target.write_bytes(b"GGUF")
+    base = ["bench", "--scale", "tiny", "--models-dir", str(models), "--out", str(out)]
+    for args, message in (
+            (["--suite", "cod"], "--suite 'cod': expected a comma-separated list of code, math, prose"),
+            (["--mode", "raw,chta"], "--mode 'raw,chta': expected a comma-separated list of raw, chat"),
+            (["--target", str(tmp_path / "none.gguf")], f"--target {tmp_path / 'none.gguf'} does not exist"),
+            (["--target", str(tmp_path)], f"--target {tmp_path} is a folder, not a GGUF file"),
+            (["--target", str(target), "--drafter", str(tmp_path)], f"--drafter {tmp_path} is a folder"),
+            (["--drafter", str(target)], "--drafter needs --target"),
+            (["--url", "http://127.0.0.1:9", "--target", str(target)], "--target and --drafter are the models")):
+        res = CliRunner().invoke(app, [*base, *args])
+        assert res.exit_code == 2 and res.stderr.startswith(f"error: {message}"), (args, res.output)
+        assert not models.exists() and not out.exists(), args
+
+
 class TestTreeSweep:
     """`buun bench --tree-budget 8,16,22,32`: the chain and one server per budget, each fed the
     calibrated tree profile, with the AL the profile expects recorded beside each."""

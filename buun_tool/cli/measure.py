@@ -205,6 +205,8 @@ def bench_cmd(
         return _report_from(report_from, out, bandwidth_gbs)
     if compare_:
         return _compare(*compare_, out, json_out)
+    # before anything is made: a misspelt suite was refused only after buun synth wrote the pair
+    suites, modes = _csv(suite, bench.SUITES, "--suite"), _csv(mode, bench.MODES, "--mode")
     if against and url:
         raise UsageError("--against runs its own servers on both builds; --url measures one running server",
                          "leave out one of them")
@@ -240,6 +242,7 @@ def bench_cmd(
     workers = _workers(rpc, r, where, overrides) if rpc else None
     # a tree that cannot be served: refused before the models; random weights accept nothing of their
     # own, so buun synth's trees feign the calibrated profile's acceptance, real models' their own
+    _check_models(target, drafter, url)
     random_weights = target is None or synth.is_synthetic(target)
     trees = bench_configs.tree_configs(budgets, r, overrides, models, synthetic=random_weights)
     cfgs = bench_configs.configs(not no_ar, synthetic_al, trees)
@@ -255,8 +258,8 @@ def bench_cmd(
     out_dir = out or paths.bench_dir() / stamp
     forced = bool(synthetic_al or (trees and random_weights))
     opts = bench.BenchOptions(
-        target=t, drafter=d, url=url, suites=_csv(suite, bench.SUITES, "--suite"),
-        modes=_csv(mode, bench.MODES, "--mode"), prompts=prompts or None, n_predict=n_predict, repeats=repeats,
+        target=t, drafter=d, url=url, suites=suites, modes=modes, prompts=prompts or None, n_predict=n_predict,
+        repeats=repeats,
         recipe=r, configs=bench_configs.against_upstream(cfgs) if against else cfgs, overrides=overrides,
         models_dir=models, out_dir=out_dir, load_timeout=load_timeout,
         models_note=note + (", acceptance forced" if forced else ""), bandwidth_gbs=bandwidth_gbs, where=where,
@@ -287,6 +290,23 @@ def bench_cmd(
         return
     if report_:
         console.ok(f"report: {report.write(result.to_json(), out_dir / 'report.html')}")
+
+
+def _check_models(target: Path | None, drafter: Path | None, url: str | None) -> None:
+    """--target and --drafter name files there, checked before a run folder is made and a server
+    started (which failed to load them); neither was a word said when it was ignored: a --drafter
+    without a --target (the synthetic pair ran), either with --url (the running server's ran)."""
+    if url and (target or drafter):
+        raise UsageError("--target and --drafter are the models of servers bench starts; --url measures one "
+                         "running server", "leave out one of them")
+    if drafter and not target:
+        raise UsageError("--drafter needs --target: without one, bench runs buun synth's pair, drafter included",
+                         "pass --target TARGET.gguf too, or leave out --drafter")
+    for option, path in (("--target", target), ("--drafter", drafter)):
+        if path is not None and path.is_dir():
+            raise UsageError(f"{option} {path} is a folder, not a GGUF file", "pass the path of the .gguf file in it")
+        if path is not None and not path.is_file():
+            raise UsageError(f"{option} {path} does not exist", "pass the path of an existing GGUF")
 
 
 def _workers(value: str, recipe: recipes.Recipe, where: devices.Placement | None,
