@@ -304,6 +304,29 @@ class TestCli:
         flat = " ".join(res.output.replace("│", " ").split())
         assert res.exit_code == 2 and "'upstream' is not one of 'tape', 'snapshot'" in flat, flat
 
+    @pytest.mark.parametrize("args, message", [
+        (["--gpu-mem", "nan"], "--gpu-mem nan: expected GiB per card"),
+        (["--gpu-mem", "24,inf"], "--gpu-mem 24,inf: expected GiB per card"),
+        (["--margin", "-1"], "--margin -1: expected GiB of 0 or more to keep free"),
+        (["--margin", "nan"], "--margin nan: expected GiB of 0 or more to keep free"),
+        (["--scale", "ful"], "--scale 'ful': expected full or tiny")])
+    def test_values_that_plan_nothing_are_refused(self, args: list[str], message: str) -> None:
+        """Before: nan GiB planned "does not fit ... largest context 0", inf GiB the trained context,
+        a negative margin planned past the card's memory, and a misspelt --scale (read by --measure
+        only) was ignored."""
+        res = CliRunner().invoke(app, ["fit", *args])
+        assert res.exit_code == 2 and res.stderr.startswith(f"error: {message}"), res.output
+
+    def test_without_a_gpu_it_says_what_card_it_planned_for(self, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+        """"fits in 24.0 GiB" on a machine without a GPU, and no word of where 24 came from."""
+        monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi
+        res = CliRunner().invoke(app, ["fit", "--json"])
+        assert res.exit_code == 0 and json.loads(res.stdout)["gpu_gib"] == 24.0, res.output
+        assert res.stderr.startswith("no GPU here (nvidia-smi lists none): planned for a 24 GiB card; --gpu-mem GIB")
+        res = CliRunner().invoke(app, ["fit", "--gpu-mem", "24", "--json"])
+        assert res.exit_code == 0 and "no GPU here" not in res.stderr
+
     def test_unknown_cache_type_is_a_usage_error(self) -> None:
         res = CliRunner().invoke(app, ["fit", "--ctk", "q3_k"])
         assert res.exit_code == 2 and "q8_0" in res.output

@@ -4,6 +4,7 @@ host (split.py), as `buun serve --gpus` plans it, and with --measure what the ca
 
 from __future__ import annotations
 
+import math
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -45,6 +46,9 @@ def cards(gpu_mem: str | None, gpus: str | None, draft_gpu: int | None, recipe_g
         out = [split.Card(g, i, found[i].name if i in found else "") for g, i in zip(sizes, chosen, strict=True)]
         real = not missing
     else:
+        if sizes is None and not found:  # the plan is for a card of a size nobody gave: say which
+            console.info(f"no GPU here (nvidia-smi lists none): planned for a {devices.UNKNOWN_GIB:g} GiB card; "
+                         "--gpu-mem GIB plans for another")
         if sizes is None:
             sizes = [found[min(found)].memory_mib / 1024 if found else devices.UNKNOWN_GIB]
         out, real = split.cards_from_gib(sizes), False
@@ -62,7 +66,7 @@ def _sizes(value: str) -> list[float]:
         sizes = [float(v) for v in value.split(",")]
     except ValueError:
         sizes = []
-    if not sizes or any(s <= 0 for s in sizes):
+    if not sizes or any(not math.isfinite(s) or s <= 0 for s in sizes):  # nan and inf parse as floats
         raise UsageError(f"--gpu-mem {value}: expected GiB per card, such as 24 or 24,24")
     return sizes
 

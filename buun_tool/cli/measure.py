@@ -27,6 +27,7 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 import time
 from dataclasses import asdict, replace
@@ -448,6 +449,11 @@ def fit_cmd(
     The weights are those of the recipe's GGUFs in the models folder once pulled and converted,
     else the exact tensor list of its geometry; --measure loads the synthetic pair from there."""
     rollback_name = rollback.value if rollback else patches.rollback_from_env()
+    if not math.isfinite(margin) or margin < 0:  # nan fitted nothing; a negative margin planned past the card
+        raise UsageError(f"--margin {margin:g}: expected GiB of 0 or more to keep free",
+                         f"for example --margin {fit.MARGIN_GIB:g} (the default)")
+    if scale is not None:
+        _default_scale(scale)  # only --measure reads it: a misspelt one was ignored without a word
     r = recipes.load(recipe)
     models = paths.models_dir(models_dir)
     base = fit.flags_from_recipe(r)
