@@ -538,7 +538,7 @@ def with_concurrency(rows: list[dict[str, Any]], runs: list[ConfigRun]) -> list[
 def concurrency_table(result: BenchResult) -> Any:
     """The rows of requests sent at once: per request and aggregate tok/s, and the ratios the slots
     are judged by; None when the run sent one request at a time."""
-    from rich.table import Table
+    from buun_tool.console import Table
 
     rows = [r for r in result.rows if r.get("concurrency", 1) > 1]
     if not rows:
@@ -701,7 +701,7 @@ def _fmt(v: Any, spec: str) -> str:
 
 
 def table(result: BenchResult) -> Any:
-    from rich.table import Table
+    from buun_tool.console import Table
 
     t = Table(title="buun bench", header_style="bold", box=None)
     against = any(r.get("vs_upstream") for r in result.rows)

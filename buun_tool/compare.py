@@ -22,7 +22,8 @@ from buun_tool.errors import UsageError
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-    from rich.table import Table
+
+    from buun_tool.console import Table
 
 Key = tuple[str, str, str]  # configuration, suite, mode
 
@@ -138,8 +139,9 @@ def _noise_text(n: Noise) -> str:
 
 
 def table(c: Comparison) -> Table:
-    from rich.table import Table
     from rich.text import Text
+
+    from buun_tool.console import Table
 
     t = Table(title=Text(f"{c.a_name}  vs  {c.b_name}"), header_style="bold", box=None)  # folder names: literal
     for col in ("config", "suite", "mode", "A tok/s", "B tok/s", "B/A", "noise A", "noise B", "verdict"):

@@ -4,7 +4,8 @@ Messages are printed as literal text: they carry paths, YAML parser messages and
 lines, whose `[` and `]` rich would otherwise read as markup and drop. Neither stream wraps
 lines itself (soft_wrap): a terminal wraps long lines on its own. Where the output is not a
 terminal (a CI log, a pipe) rich would lay tables out for 80 columns and cut or fold a path
-in them: there the width has no limit, and every line keeps its length.
+in them: there the width has no limit, and every line keeps its length. On a terminal, a table
+(console.Table) folds what does not fit its column instead of cutting it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 from typing import Any
 
 from rich.console import Console, ConsoleDimensions
+from rich.table import Table as _RichTable
 from rich.text import Text
 
 UNLIMITED = 1 << 20  # columns when the output is not a terminal
@@ -28,6 +30,16 @@ class _Console(Console):
     @size.setter
     def size(self, new_size: tuple[int, int]) -> None:
         Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
+class Table(_RichTable):
+    """buun's tables: a value too long for its column (a path, a recipe's name, a number on a
+    narrow terminal) goes on over the next lines of the cell, whole, where rich's default cut it
+    with '…'."""
+
+    def add_column(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("overflow", "fold")
+        super().add_column(*args, **kwargs)
 
 
 out = _Console(highlight=False, soft_wrap=True)

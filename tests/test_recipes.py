@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -345,6 +349,21 @@ class TestCli:
     def test_recipes_table(self):
         res = CliRunner().invoke(app, ["recipes"])
         assert res.exit_code == 0 and recipes.DEFAULT_RECIPE in res.stdout
+
+    def test_a_narrow_terminal_folds_a_table_and_cuts_nothing(self):
+        """On a terminal of 40 columns rich cut the recipe's name and file to `qwen3.5-27…` and
+        `/tmp/wt-ne…`: each cell now goes on over the next lines, whole."""
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "COLUMNS": "40",
+               "FORCE_COLOR": "1", "NO_COLOR": "1"}  # a terminal to rich, without colours
+        res = subprocess.run([sys.executable, "-m", "buun_tool", "recipes"], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln) for ln in res.stdout.splitlines()]
+        assert "…" not in res.stdout and max(map(len, lines)) <= 40, res.stdout
+        at = lines[0].index(" file") + 1  # the last column: its cell's pieces, top to bottom
+        assert "".join(ln[at:].strip() for ln in lines[1:]) == str(recipes.load().source), res.stdout
+        name_at, end = lines[0].index(" name") + 1, lines[0].index(" description")
+        assert recipes.DEFAULT_RECIPE in "".join(ln[name_at:end].strip() for ln in lines[1:]), res.stdout
 
     def test_a_bad_recipe_file_is_a_usage_error(self, tmp_path: Path):
         path = _write(tmp_path, _set(_shipped(), "drafter.repo", "x"))

@@ -10,9 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
 from buun_tool import build, console, fit, paths, recipes, split
+from buun_tool.console import Table
 from buun_tool.errors import UsageError
 from buun_tool.server import devices
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from buun_tool import build as build_stage
@@ -22,6 +21,7 @@ from buun_tool import console, patches, paths, recipes
 from buun_tool import doctor as doctor_stage
 from buun_tool import vendor as vendor_stage
 from buun_tool.cli.options import ModelsDirOpt
+from buun_tool.console import Table
 from buun_tool.errors import Exit, UsageError
 
 _STATUS_STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "applied": "green", "pending": "yellow",

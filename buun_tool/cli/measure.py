@@ -36,12 +36,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from buun_tool import bench, bench_configs, build, chart, compare, console, fit, patches, paths, recipes, report, synth
 from buun_tool.cli import fit_split
 from buun_tool.cli.launch import DraftGpuOpt, GpusOpt, RpcOpt
 from buun_tool.cli.options import ModelsDirOpt, RecipeArg
+from buun_tool.console import Table
 from buun_tool.errors import NotReadyError, UsageError
 from buun_tool.server import command, devices, spec
 from buun_tool.server import rpc as rpc_mod

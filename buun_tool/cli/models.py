@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from buun_tool import console, paths, recipes
 from buun_tool.cli.options import ModelsDirOpt
+from buun_tool.console import Table
 from buun_tool.errors import UsageError
 
 RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file (default: qwen3.5-27b-dflash).",

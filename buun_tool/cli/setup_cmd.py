@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from buun_tool import console, doctor, paths, recipes
 from buun_tool import setup as setup_stage
 from buun_tool.cli.options import ModelsDirOpt, RecipeArg, recipe_and_server_flags
+from buun_tool.console import Table
 from buun_tool.errors import UsageError
 from buun_tool.server import command
 from buun_tool.server import spec as spec_mod
@@ -62,7 +62,7 @@ def setup(
 def _print_plan(context: setup_stage.Context) -> None:
     table = Table(box=None, show_header=True, header_style="bold")
     for col in ("stage", "action", "what"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col)
     rows = setup_stage.plan(context)
     for row in rows:
         table.add_row(row.stage, f"[{_STYLE[row.action]}]{row.action}[/]", row.what)
