@@ -154,7 +154,7 @@ def check_llama_state() -> list[Check]:
         except BuunError as exc:
             states, detail = [], str(exc)
         else:
-            detail = ", ".join(f"{s.patch.name.split('-')[0]}:{s.state}" for s in states) or "no patches"
+            detail = patches_summary(states)
         pending = [s for s in states if s.state != "applied"]
         checks.append(Check("patches", "warn" if pending else "ok", detail,
                             "run `buun patch`" if pending else "", required=False))
@@ -178,6 +178,22 @@ def check_llama_state() -> list[Check]:
         else:
             checks.append(Check("web UI", "ok", f"embedded ({stamp.get('ui')})", required=False))
     return checks
+
+
+def patches_summary(states: list[patches.PatchStatus]) -> str:
+    """The series in one short line: how many are applied and, by state, the numbers of the others
+    (every patch's number and state, 48 of them, filled a terminal with `0001:applied, ...`)."""
+    if not states:
+        return "no patches"
+    applied = sum(s.state == "applied" for s in states)
+    if applied == len(states):
+        return f"all {applied} applied"
+    others: dict[str, list[str]] = {}
+    for s in states:
+        if s.state != "applied":
+            others.setdefault(s.state, []).append(s.patch.name.split("-")[0])
+    return f"{applied} of {len(states)} applied; " + "; ".join(f"{state}: {', '.join(numbers)}"
+                                                                 for state, numbers in others.items())
 
 
 def run_checks(recipe: Recipe | None, models_dir: Path, cpu_only: bool = False,

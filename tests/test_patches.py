@@ -108,3 +108,18 @@ def test_cli_status_and_apply(series: FakeProject) -> None:
     result = runner.invoke(app, ["patch"])
     assert result.exit_code == 0 and "applied 2 of 2" in result.output
     assert runner.invoke(app, ["patch", "--check", "--status"]).exit_code == Exit.USAGE
+
+
+def test_doctor_sums_the_series_up_in_one_line(series: FakeProject) -> None:
+    """Doctor listed every patch's number and state (`0001:applied, 0002:applied, ...`: 48 of them for
+    buun's series); it gives the count, and the numbers of those not applied by state."""
+    from buun_tool import doctor
+
+    def line() -> str:
+        return next(c.detail for c in doctor.check_llama_state() if c.name == "patches")
+
+    assert line() == "all 2 applied"
+    patches.reverse()
+    assert line() == "0 of 2 applied; pending: 0001, 0002"
+    run("git", "-C", str(series.llama), "am", "-q", str(series.patches / "0001-arg-first-change.patch"))
+    assert line() == "1 of 2 applied; pending: 0002"
