@@ -274,6 +274,13 @@ def _one_line(exc: BaseException) -> str:
 
 def vendor(source: str | None = None, archive: Path | None = None, force: bool = False) -> VendorState:
     """Fill vendor/llama.cpp with the pinned tree. A no-op when it is already there."""
+    # the command line first: a misspelt source or an archive that is not there was ignored when the
+    # tree is at the pin, and otherwise counted as a source that failed (exit 4, "without internet")
+    if source and source not in SOURCE_KINDS:
+        raise UsageError(f"unknown source '{source}'", f"valid: {', '.join(SOURCE_KINDS)}")
+    if archive is not None and not archive.is_file():
+        raise UsageError(f"--from-archive {archive}: {'a folder' if archive.is_dir() else 'no such file'}",
+                         "pass the .tar.xz that `buun vendor --archive FILE` wrote")
     pin = load_pin()
     st = state(pin)
     final = paths.llama_dir()
@@ -287,8 +294,6 @@ def vendor(source: str | None = None, archive: Path | None = None, force: bool =
             "export it first with `buun patch export`, then run `buun vendor --force`",
             exit_code=Exit.CONFLICT,
         )
-    if source and source not in SOURCE_KINDS:
-        raise UsageError(f"unknown source '{source}'", f"valid: {', '.join(SOURCE_KINDS)}")
     # the pin's order; an archive given on the command line is the user's explicit choice
     kinds = [source] if source else (["archive"] if archive else [s.get("kind") for s in pin.sources])
     final.parent.mkdir(parents=True, exist_ok=True)

@@ -182,3 +182,18 @@ def test_an_archive_that_unpacks_to_more_than_any_llama_cpp_is_refused(fake_proj
     assert result.exit_code == Exit.NETWORK, result.output
     assert "the archive unpacks to more than 2 GiB (at llama.cpp/big.bin, 3221225472 bytes)" in result.output
     assert not fake_project.llama.exists()
+
+
+def test_cli_refuses_a_source_or_archive_it_cannot_use(fake_project: FakeProject, tmp_path) -> None:
+    """An archive that is not there was a source that failed: exit 4 with the offline machine's
+    hint; at the pin, it and a misspelt --source were ignored without a word."""
+    missing = tmp_path / "none.tar.xz"
+    for args, message in ((["--from-archive", str(missing)], f"--from-archive {missing}: no such file"),
+                          (["--from-archive", str(tmp_path)], f"--from-archive {tmp_path}: a folder"),
+                          (["--source", "gti"], "unknown source 'gti'")):
+        result = runner.invoke(app, ["vendor", *args])
+        assert result.exit_code == Exit.USAGE and result.stderr.startswith(f"error: {message}"), result.output
+        assert not fake_project.llama.exists()
+    assert runner.invoke(app, ["vendor"]).exit_code == 0  # the tree at the pin: refused all the same
+    for args in (["--from-archive", str(missing)], ["--source", "gti"]):
+        assert runner.invoke(app, ["vendor", *args]).exit_code == Exit.USAGE
