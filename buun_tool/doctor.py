@@ -135,6 +135,9 @@ def check_disk(recipe: Recipe | None, models_dir: Path) -> Check:
     """Free space where the models go (the folder itself, or the nearest parent that exists)."""
     target = models_dir
     probe = next((p for p in [target, *target.parents] if p.exists()), Path("/"))
+    if not probe.is_dir():  # measured as if it were the folder: "ok", and setup failed at its first download
+        return Check("disk", "fail", f"{probe} is a file: the models folder {target} cannot be made there",
+                     "pass --models-dir (or BUUN_MODELS_DIR) with a folder, or one that does not exist yet")
     free = shutil.disk_usage(probe).free
     need = disk_needed(recipe)
     what = f"{free / 2**30:.1f} GiB free at {probe}, {need / 2**30:.1f} GiB needed"

@@ -28,6 +28,18 @@ def test_the_disk_check_looks_where_the_models_go(tmp_path: Path, monkeypatch: p
     assert f"free at {disk}," in _disk()
 
 
+def test_a_file_where_the_models_folder_goes_fails(tmp_path: Path) -> None:
+    """Before: "ok, N GiB free at FILE" (disk_usage measures a file's disk too), and `buun setup`
+    then failed at its first download."""
+    file = tmp_path / "models.txt"
+    file.write_text("")
+    for given in (file, file / "models"):
+        r = CliRunner().invoke(app, ["doctor", "--cpu", "--json", "--models-dir", str(given)])
+        disk = next(c for c in json.loads(r.stdout)["checks"] if c["name"] == "disk")
+        assert r.exit_code == 1 and disk["status"] == "fail", disk
+        assert disk["detail"] == f"{file} is a file: the models folder {given} cannot be made there"
+
+
 def _build_check(build_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     monkeypatch.setenv("BUUN_BUILD_DIR", str(build_dir))
     r = CliRunner().invoke(app, ["doctor", "--cpu", "--json"])
