@@ -4,12 +4,14 @@ in a reader's shell. (docs/lab and docs/results are a journal of what ran then: 
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import typer
+from typer.testing import CliRunner
 
 from buun_tool.cli.app import app
 
@@ -83,3 +85,27 @@ def test_the_check_finds_what_is_wrong() -> None:
     assert commands("```sh\nbuun fit --gpu-mem 24  # a note\nbuun bench --suite code \\\n  --mode raw\n```\n"
                     "and `buun restart NAME\n--models-dir Y`.") == [
         "buun restart NAME --models-dir Y", "buun fit --gpu-mem 24", "buun bench --suite code --mode raw"]
+
+
+def test_every_help_paragraph_is_one_line_for_the_terminal_to_wrap() -> None:
+    """typer's help kept a docstring's line breaks after its first paragraph: `buun build --help`
+    broke "... without buun's patches," off its line on an 80-column terminal."""
+    root = typer.main.get_command(app)
+
+    def walk(node: Any, path: list[str]) -> list[tuple[list[str], Any]]:
+        found = [(path, node)] if path else []
+        for name, sub in getattr(node, "commands", {}).items():
+            found += walk(sub, [*path, name])
+        return found
+
+    checked = 0
+    for path, cmd in walk(root, []):
+        paragraphs = inspect.cleandoc(cmd.help or "").split("\n\n")[1:]
+        if not paragraphs:
+            continue
+        out = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "1000"}).stdout
+        for p in paragraphs:
+            line = " ".join(p.split())
+            assert line in out, f"buun {' '.join(path)} --help: {line!r} is not one line of\n{out}"
+            checked += 1
+    assert checked >= 5

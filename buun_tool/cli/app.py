@@ -7,7 +7,9 @@ BuunError into a message, a hint and an exit code (a traceback only with BUUN_DE
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
 import sys
 from typing import Any
 
@@ -107,7 +109,21 @@ def _register_all() -> None:
         module.register(app)
 
 
+def _unwrap_help(typer_app: typer.Typer) -> None:
+    """Each paragraph of a command's help on one line, for the terminal to wrap: typer's rich help
+    keeps the docstring's line breaks after the first paragraph, so a sentence wrapped at 120
+    columns in the source broke in the middle of an 80-column terminal's line."""
+    for info in typer_app.registered_commands:
+        doc = info.help or inspect.getdoc(info.callback)
+        if doc:
+            info.help = "\n\n".join(re.sub(r"\s*\n\s*", " ", p) for p in doc.split("\n\n"))
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _unwrap_help(group.typer_instance)
+
+
 _register_all()
+_unwrap_help(app)
 
 
 def main() -> None:
