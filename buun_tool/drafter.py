@@ -54,8 +54,8 @@ _JSON_KINDS = {dict: "an object", list: "a list", str: "a string", bool: "a bool
 
 
 def _found(value: Any) -> str:
-    shown = json.dumps(value)
-    return f"{_JSON_KINDS.get(type(value), type(value).__name__)} ({shown[:60]}{'...' if len(shown) > 60 else ''})"
+    text = json.dumps(value)  # JSON's spelling (true, null), not Python's
+    return f"{_JSON_KINDS.get(type(value), type(value).__name__)} ({text[:60]}{'...' if len(text) > 60 else ''})"
 
 
 def _is_index(value: Any) -> bool:
