@@ -7,6 +7,9 @@
 //         scripts/cuda/mmqs_bench.cu -o mmqs_bench -Xlinker --unresolved-symbols=ignore-all
 //     ./mmqs_bench [ITERS]    # CSV: type,m,k,n,variant,us,max_err_ref,max_diff_v1 (empty past 32 columns)
 //
+// An experiment's folder (GPU_MMQS_SRC) holds an mmq-small.cu that includes the tree's and adds its
+// kernels, and mmqs_bench_extra.h, its variants; where it defines MMQS_BENCH_YF (a pointer) that is
+// set to the float activations, for variants that lay them out their own way.
 // MMQS_BENCH_ONLY=v1,v2-nt3-b3-pf0-ld1: those variants only, MMQS_BENCH_NS=16,23 those column
 // counts, MMQS_BENCH_M=17408 the matrices of that many rows (as for a profiler's run; without v1 in
 // the list, max_diff_v1 stays empty).
@@ -248,6 +251,9 @@ int main(int argc, char ** argv) {
             const int ng = (n + 15)/16;
             CK(cudaMalloc(&dyf, hy.size()*sizeof(float)));
             CK(cudaMemcpy(dyf, hy.data(), hy.size()*sizeof(float), cudaMemcpyHostToDevice));
+#ifdef MMQS_BENCH_YF
+            MMQS_BENCH_YF = dyf; // an experiment's variants may lay the float activations out their own way
+#endif
             CK(cudaMalloc(&dyq, (size_t) (p.k/QK_K)*4*MMQS_Y_BYTES));
             CK(cudaMalloc(&dd, (size_t) p.m*n*sizeof(float)));
             std::vector<float> out_v1;
