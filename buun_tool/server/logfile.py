@@ -21,40 +21,99 @@ DEFAULT_KEEP = 3
 
 
 class RotatingLog:
-    """Append-only text log, safe to write from the reader thread and the loop at once."""
+    """Append-only text log, safe to write from the reader thread and the loop at once.
+
+    Writing never raises: the supervisor reads llama-server's output through a pipe, and a reader
+    that stopped on a full disk (or a file-size limit) would leave llama-server blocked on its next
+    write, hung, and a supervisor that raised would take it down. A line that cannot be written is
+    counted and the count logged once writing works again. A log deleted (or moved) while running
+    is made again at the next write, so `buun logs` keeps showing the output."""
+
+    REOPEN_CHECK_S = 1.0  # how often a write checks that the path is still the file it writes
 
     def __init__(self, path: Path, max_bytes: int = DEFAULT_MAX_BYTES, keep: int = DEFAULT_KEEP):
         self.path, self.max_bytes, self.keep = path, max_bytes, keep
         self._lock = threading.Lock()
-        private_dir(path.parent)
-        self._f = open_private(path)
+        self._fd: int | None = None
+        self._size = 0
+        self._checked = 0.0
+        self.dropped = 0  # lines lost since the last successful write
+        self._why = ""
+        try:
+            self._open()
+        except OSError as exc:  # a full disk: the first write tries again
+            self.dropped, self._why = 0, exc.strerror or str(exc)
+
+    def _open(self) -> None:
+        """(Re)open the path, making the file (and its folder) when they are gone."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        private_dir(self.path.parent)
+        with open_private(self.path) as f:
+            self._fd = os.dup(f.fileno())  # unbuffered: a failed write keeps nothing to flush later
+        self._size = os.fstat(self._fd).st_size
+        self._checked = time.monotonic()
+
+    def _moved(self) -> bool:
+        """Is the path no longer the file we write (deleted or moved away by someone else)?"""
+        assert self._fd is not None
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        mine = os.fstat(self._fd)
+        return (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino)
 
     def write(self, line: str) -> None:
         data = (line if line.endswith("\n") else line + "\n").encode("utf-8", "replace")
         with self._lock:
-            if self._f.tell() + len(data) > self.max_bytes and self._f.tell() > 0:
-                self._rotate()
-            self._f.write(data)
-            self._f.flush()
+            try:
+                if self._fd is None or (time.monotonic() - self._checked >= self.REOPEN_CHECK_S and self._moved()):
+                    self._open()
+                self._checked = time.monotonic()
+                if self.dropped:
+                    note = (f"[buun] {time.strftime('%Y-%m-%d %H:%M:%S')} {self.dropped} line(s) of output were "
+                            f"lost: the log could not be written ({self._why})\n").encode()
+                    self._append(note)
+                    self.dropped = 0
+                self._append(data)
+            except OSError as exc:
+                self.dropped += 1
+                self._why = exc.strerror or str(exc)
+
+    def _append(self, data: bytes) -> None:
+        if self._size + len(data) > self.max_bytes and self._size > 0:
+            self._rotate()
+        assert self._fd is not None
+        view = memoryview(data)
+        while view:  # O_APPEND: each piece lands at the end
+            n = os.write(self._fd, view)
+            self._size += n
+            view = view[n:]
 
     def event(self, message: str) -> None:
         self.write(f"[buun] {time.strftime('%Y-%m-%d %H:%M:%S')} {message}")
 
     def _rotate(self) -> None:
-        self._f.close()
         for i in range(self.keep - 1, 0, -1):
             older = self.path.with_name(f"{self.path.name}.{i}")
             if older.exists():
                 os.replace(older, self.path.with_name(f"{self.path.name}.{i + 1}"))
-        if self.keep > 0:
-            os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
-        else:
-            self.path.unlink(missing_ok=True)
-        self._f = open_private(self.path)
+        try:
+            if self.keep > 0:
+                os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+            else:
+                self.path.unlink(missing_ok=True)
+        except FileNotFoundError:  # deleted meanwhile: start the new file all the same
+            pass
+        self._open()
 
     def close(self) -> None:
         with self._lock:
-            self._f.close()
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
 
 def rotated(path: Path) -> list[Path]:

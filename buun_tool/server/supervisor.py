@@ -51,6 +51,7 @@ TICK = 0.1  # seconds the loop waits for an event before its periodic checks
 READY_PROBE_EVERY = 0.2
 EOF_WAIT = 3.0  # after the child exits, how long to wait for its last lines
 WORKER_RETRY = 1.0  # seconds between probes of a lost RPC worker
+WATCH_EVERY = 1.0  # seconds between checks of the instance's files (a record not written yet, ...)
 
 Listener = Callable[[str, str], None]  # (kind, message): kind is a state value or "phase"
 
@@ -79,6 +80,8 @@ class Supervisor:
         self.waiting = False  # BACKOFF for a lost worker, said so in the log
         self.progress: tuple[list[Any], float] | None = None  # busy slots' progress, and since when unchanged
         self.failure: BuunError | None = None
+        self.unsaved = False  # the last record could not be written (a full disk): written again later
+        self.next_watch = 0.0
 
     # --- what a llama-server and a worker do differently (worker.WorkerSupervisor) -------------
 
@@ -123,6 +126,9 @@ class Supervisor:
             while self.record.state not in (State.STOPPED, State.FAILED):
                 self._handle_events(TICK)
                 self._check()
+                if time.monotonic() >= self.next_watch:
+                    self.next_watch = time.monotonic() + WATCH_EVERY
+                    self._watch()
         finally:
             if self.child is not None and self.child.poll() is None:
                 process.stop_group(self.child.pid, self.policy.stop_timeout, self.child)
@@ -196,7 +202,33 @@ class Supervisor:
         """Tell `buun status` while failed checks pile up (it reads the record, not the loop)."""
         if (since, self.health_fails) != (self.record.unresponsive_since, self.record.health_fails):
             self.record.unresponsive_since, self.record.health_fails = since, self.health_fails
+            self._save()
+
+    def _save(self) -> None:
+        """Write the record. A failed write (a full disk) must not end the supervision of a server
+        that serves: it is said in the log and written again at the next watch."""
+        try:
             self.inst.write(self.record)
+        except (OSError, BuunError) as exc:
+            if not self.unsaved:
+                self.log.event(f"could not write {self.inst.state_file} ({getattr(exc, 'message', exc)}); "
+                               "`buun status` shows an older state until it can")
+            self.unsaved = True
+            return
+        self.unsaved = False
+
+    def _tell(self, kind: str, message: str) -> None:
+        """The listener (a terminal for `buun serve`) hears of it; a terminal gone (EIO) or a closed
+        pipe is no reason to stop supervising."""
+        try:
+            self.listener(kind, message)
+        except OSError:
+            pass
+
+    def _watch(self) -> None:
+        """Every WATCH_EVERY s: what the instance's files need."""
+        if self.unsaved:
+            self._save()
 
     def _set(self, state: State, message: str) -> None:
         old = self.record.state
@@ -204,9 +236,9 @@ class Supervisor:
             raise RuntimeError(f"supervisor bug: {old.value} -> {state.value} is not a valid transition")
         self.record.state = state
         self.record.unresponsive_since, self.record.health_fails = None, 0  # a READY server's alone
-        self.inst.write(self.record)
+        self._save()
         self.log.event(f"{state.value}: {message}")
-        self.listener(state.value, message)
+        self._tell(state.value, message)
 
     def _launch(self) -> None:
         spec, r = self.spec, self.record
@@ -254,8 +286,8 @@ class Supervisor:
             phase = loglines.phase_of(line, self.record.phase)
             if phase:
                 self.record.phase = phase
-                self.inst.write(self.record)
-                self.listener("phase", phase)
+                self._save()
+                self._tell("phase", phase)
 
     def _drain_output(self) -> None:
         """After the child exited: take its last lines (up to its EOF) before judging."""
@@ -384,7 +416,7 @@ class Supervisor:
             self.waiting = True
             self._set(State.BACKOFF, f"{text}: {_steps(lost)}; {self.program} starts again once it answers")
         else:
-            self.inst.write(self.record)
+            self._save()
         return True
 
     def _worker_closed(self) -> bool:

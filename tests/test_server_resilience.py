@@ -1,0 +1,118 @@
+"""The supervisor under what weeks of running meet: a full disk, its files deleted or damaged, a
+terminal that goes away, commands that overlap. With a stand-in llama-server
+(tests/fake_llama_server.py), so each case takes seconds; the real server's own lifecycle is in
+test_server_lifecycle.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+from buun_tool.server.process import free_port
+from tests.fake_llama_server import write_fake_bin
+from tests.server_helpers import FAST, ROOT, processes_with_env, wait_record
+
+
+@dataclass
+class Fake:
+    state_dir: Path
+    env: dict[str, str]
+    models: list[Path]
+
+    def __call__(self, *args: str, check: bool = False, env: dict[str, str] | None = None,
+                 timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        r = subprocess.run([sys.executable, "-m", "buun_tool", *args], capture_output=True, text=True,
+                           timeout=timeout, env={**self.env, **(env or {})}, cwd=ROOT)
+        if check and r.returncode != 0:
+            raise AssertionError(f"buun {' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
+        return r
+
+    def launch_args(self, name: str, port: int, *options: str) -> list[str]:
+        return ["--name", name, "--port", str(port), "--model", str(self.models[0]),
+                "--draft", str(self.models[1]), *FAST, *options]
+
+    def start(self, name: str, port: int, *options: str, env: dict[str, str] | None = None) -> None:
+        self("start", *self.launch_args(name, port, *options), check=True, env=env)
+
+    def dir(self, name: str) -> Path:
+        return self.state_dir / "instances" / name
+
+    def record(self, name: str) -> dict:
+        return json.loads((self.dir(name) / "state.json").read_text())
+
+    def wait(self, name: str, cond: Callable[[dict], bool], timeout: float = 10) -> dict:
+        return wait_record(lambda: self.record(name), cond, name, timeout)
+
+    def ours(self) -> list[psutil.Process]:
+        return processes_with_env("BUUN_STATE_DIR", str(self.state_dir))
+
+
+@pytest.fixture
+def fake(tmp_path: Path, isolated_dirs: Path) -> Iterator[Fake]:
+    models = [tmp_path / "t.gguf", tmp_path / "d.gguf"]
+    for m in models:
+        m.write_bytes(b"GGUF")
+    env = {**os.environ, "BUUN_LLAMA_BIN_DIR": str(write_fake_bin(tmp_path / "bin").parent)}
+    f = Fake(isolated_dirs / "state", env, models)
+    yield f
+    left = f.ours()
+    for p in left:
+        p.kill()
+    assert not left, f"processes left: {[p.cmdline() for p in left]}"
+
+
+def healthy(port: int) -> bool:
+    s = requests.Session()
+    s.trust_env = False
+    try:
+        return s.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def assert_none_left(f: Fake) -> None:
+    deadline = time.monotonic() + 5
+    while f.ours() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not f.ours(), [p.cmdline() for p in f.ours()]
+
+
+def test_a_full_disk_neither_hangs_nor_ends_the_server(fake: Fake) -> None:
+    """The log (and the record) cannot be written: llama-server keeps serving and is still
+    relaunched after a crash; once writing works again the record catches up and the log says how
+    many lines were lost. The output reader died on the first failed write, so llama-server hung on
+    its next line of output, and the supervisor died with a traceback when it logged the hang,
+    taking the server with it. A file-size limit on the supervisor stands in for the full disk."""
+    port = free_port()
+    fake.start("full", port, "--log-max-mb", "100", env={"FAKE_LLAMA_SPAM": "1"})
+    rec = fake.record("full")
+    sup = psutil.Process(rec["supervisor"]["pid"])
+    sup.rlimit(psutil.RLIMIT_FSIZE, (1000, psutil.RLIM_INFINITY))  # the log is past it already, a record is longer
+    time.sleep(2)  # a pipe's worth of output, many times over
+    assert healthy(port) and sup.is_running()
+    old = rec["server"]["pid"]
+    psutil.Process(old).kill()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not (healthy(port) and sup.children()
+                                               and sup.children()[0].pid != old):
+        time.sleep(0.1)
+    assert healthy(port) and sup.children()[0].pid != old, "not relaunched while the disk was full"
+    assert fake.record("full")["server"]["pid"] == old  # the record could not be written
+
+    sup.rlimit(psutil.RLIMIT_FSIZE, (psutil.RLIM_INFINITY, psutil.RLIM_INFINITY))
+    rec = fake.wait("full", lambda r: r["server"] and r["server"]["pid"] != old)
+    assert rec["state"] == "ready" and rec["crashes"] == 1
+    log = (fake.dir("full") / "server.log").read_text()
+    assert "line(s) of output were lost: the log could not be written (File too large)" in log
+    fake("stop", "full", check=True)
+    assert_none_left(fake)
