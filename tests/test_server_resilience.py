@@ -116,3 +116,44 @@ def test_a_full_disk_neither_hangs_nor_ends_the_server(fake: Fake) -> None:
     assert "line(s) of output were lost: the log could not be written (File too large)" in log
     fake("stop", "full", check=True)
     assert_none_left(fake)
+
+
+def test_a_damaged_record_is_written_again(fake: Fake) -> None:
+    """A record cut short (a crash of the machine mid-write, a hand edit) made `buun status` say
+    'stopped' while the server served, and `buun stop` fail ('locked but its supervisor is
+    unknown') until the next change of state, which a ready server may not have for weeks."""
+    port = free_port()
+    fake.start("cut", port)
+    state = fake.dir("cut") / "state.json"
+    state.write_text(state.read_text()[:20])
+    rec = fake.wait("cut", lambda r: r["state"] == "ready", timeout=5)
+    st = json.loads(fake("status", "cut", "--json", check=True).stdout)
+    assert st["state"] == "ready" and st["running"] and st["server_pid"] == rec["server"]["pid"]
+    r = fake("stop", "cut", check=True)
+    assert "cut: stopped" in r.stderr
+    assert_none_left(fake)
+
+
+def test_an_instance_folder_deleted_while_running_is_made_again(fake: Fake) -> None:
+    """The folder removed (`rm -rf` of buun's state) while the server runs: the supervisor makes
+    its lock, record, launch spec and log again. It went on unseen: `buun status` and `buun stop`
+    knew no such instance, and a second `buun start` of the name took a new lock and ran beside it."""
+    port = free_port()
+    fake.start("gone", port)
+    sup = fake.record("gone")["supervisor"]["pid"]
+    d = fake.dir("gone")
+    for f in d.iterdir():
+        f.unlink()
+    d.rmdir()
+    fake.wait("gone", lambda r: r["state"] == "ready", timeout=5)
+    deadline = time.monotonic() + 5
+    while not (d / "lock").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    st = json.loads(fake("status", "gone", "--json", check=True).stdout)
+    assert st["state"] == "ready" and st["running"] and st["supervisor"]["pid"] == sup
+    r = fake("start", *fake.launch_args("gone", free_port()))
+    assert r.returncode == 8 and "instance gone is already running" in " ".join(r.stderr.split()), r.stderr
+    assert (d / "spec.json").exists()
+    assert "was deleted while running; made again" in fake("logs", "gone", check=True).stdout
+    fake("stop", "gone", check=True)
+    assert_none_left(fake)

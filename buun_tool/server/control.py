@@ -99,7 +99,7 @@ def launch(spec: LaunchSpec, api_key: str | None, *, foreground: Listener | None
             raise
         inst.write_spec(spec.to_json())
         if foreground is not None:
-            Supervisor(spec, inst, api_key, foreground).run()
+            Supervisor(spec, inst, api_key, foreground, fd).run()
             return inst.read()
         sup = _spawn_supervisor(spec, inst, api_key, fd)
     finally:

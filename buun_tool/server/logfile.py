@@ -55,6 +55,13 @@ class RotatingLog:
         self._size = os.fstat(self._fd).st_size
         self._checked = time.monotonic()
 
+    def _check_due(self) -> bool:
+        now = time.monotonic()
+        if now - self._checked < self.REOPEN_CHECK_S:
+            return False
+        self._checked = now
+        return True
+
     def _moved(self) -> bool:
         """Is the path no longer the file we write (deleted or moved away by someone else)?"""
         assert self._fd is not None
@@ -69,9 +76,8 @@ class RotatingLog:
         data = (line if line.endswith("\n") else line + "\n").encode("utf-8", "replace")
         with self._lock:
             try:
-                if self._fd is None or (time.monotonic() - self._checked >= self.REOPEN_CHECK_S and self._moved()):
+                if self._fd is None or self._check_due() and self._moved():
                     self._open()
-                self._checked = time.monotonic()
                 if self.dropped:
                     note = (f"[buun] {time.strftime('%Y-%m-%d %H:%M:%S')} {self.dropped} line(s) of output were "
                             f"lost: the log could not be written ({self._why})\n").encode()

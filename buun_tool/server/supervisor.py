@@ -58,8 +58,11 @@ Listener = Callable[[str, str], None]  # (kind, message): kind is a state value 
 
 class Supervisor:
     def __init__(self, spec: LaunchSpec, instance: Instance, api_key: str | None = None,
-                 listener: Listener | None = None):
+                 listener: Listener | None = None, lock_fd: int | None = None):
+        """`lock_fd`: the fd that holds the instance's lock, watched with its other files (_watch)."""
         self.spec, self.inst, self.policy = spec, instance, spec.policy
+        self.lock_fd = lock_fd
+        self.own_fds: list[int] = []  # locks taken again on a lock file made again (_keep_lock)
         self.program = instance.program
         self.api_key = api_key
         self.listener = listener or (lambda kind, message: None)
@@ -81,6 +84,7 @@ class Supervisor:
         self.progress: tuple[list[Any], float] | None = None  # busy slots' progress, and since when unchanged
         self.failure: BuunError | None = None
         self.unsaved = False  # the last record could not be written (a full disk): written again later
+        self.saved: tuple[int, ...] | None = None  # the record file as last written (_file_key)
         self.next_watch = 0.0
 
     # --- what a llama-server and a worker do differently (worker.WorkerSupervisor) -------------
@@ -135,6 +139,8 @@ class Supervisor:
             self._restore_signals(old)
             self.probe.close()
             self.log.close()
+            for fd in self.own_fds:
+                os.close(fd)
         if self.failure is not None:
             raise self.failure
 
@@ -215,7 +221,7 @@ class Supervisor:
                                "`buun status` shows an older state until it can")
             self.unsaved = True
             return
-        self.unsaved = False
+        self.unsaved, self.saved = False, _file_key(self.inst.state_file)
 
     def _tell(self, kind: str, message: str) -> None:
         """The listener (a terminal for `buun serve`) hears of it; a terminal gone (EIO) or a closed
@@ -226,9 +232,42 @@ class Supervisor:
             pass
 
     def _watch(self) -> None:
-        """Every WATCH_EVERY s: what the instance's files need."""
-        if self.unsaved:
+        """Every WATCH_EVERY s: the instance's files are the ones this supervisor keeps. Deleted or
+        damaged while it runs (its folder removed, the record cut short), they are made again: else
+        `buun status` says the instance is stopped while it serves, `buun stop` cannot find it, and
+        a new lock file lets a second `buun start` of the name run beside it."""
+        self._keep_lock()
+        if self.unsaved or _file_key(self.inst.state_file) != self.saved:
             self._save()
+        if self.inst.read_spec() is None:  # `buun restart` relaunches from it
+            try:
+                self.inst.write_spec(self.spec.to_json())
+            except (OSError, BuunError):
+                pass
+
+    def _keep_lock(self) -> None:
+        """The lock file is still the one we hold a lock on; if not, lock a new one."""
+        if self.lock_fd is None:
+            return
+        mine = os.fstat(self.lock_fd)
+        try:
+            now = os.stat(self.inst.lock_file)
+            if (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+                return
+        except FileNotFoundError:
+            pass
+        try:
+            fd = self.inst.try_lock()
+        except OSError:
+            return  # the folder cannot be made now (a full disk): the next watch tries again
+        if fd is None:
+            self.log.event(f"{self.inst.lock_file} was replaced by another process's, which holds it: "
+                           f"another instance named {self.inst.name} may run beside this one")
+            self.lock_fd = None  # said once
+            return
+        self.own_fds.append(fd)
+        self.lock_fd = fd
+        self.log.event(f"{self.inst.lock_file} was deleted while running; made again")
 
     def _set(self, state: State, message: str) -> None:
         old = self.record.state
@@ -472,6 +511,15 @@ class Supervisor:
             signal.signal(sig, handler)
 
 
+def _file_key(file: Path) -> tuple[int, ...] | None:
+    """What tells a file from another, or from itself rewritten."""
+    try:
+        st = os.stat(file)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def _steps(lost: dict[str, str]) -> str:
     return "; ".join(rpc.next_step(w) for w in lost)
 
@@ -523,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"no launch spec in {inst.spec_file}", file=sys.stderr)
             return int(Exit.NOT_READY)
         try:
-            Supervisor(LaunchSpec.from_json(data), inst, os.environ.get(API_KEY_ENV), report).run()
+            Supervisor(LaunchSpec.from_json(data), inst, os.environ.get(API_KEY_ENV), report, args.lock_fd).run()
         finally:
             os.close(args.lock_fd)
     except BuunError as exc:

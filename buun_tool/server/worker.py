@@ -205,7 +205,7 @@ def launch(spec: WorkerSpec, *, wait: bool = True, progress: control.Progress | 
         _check_port(spec)
         inst.write_spec(spec.to_json())
         if foreground is not None:
-            WorkerSupervisor(spec, inst, listener=foreground).run()  # type: ignore[arg-type]
+            WorkerSupervisor(spec, inst, listener=foreground, lock_fd=fd).run()  # type: ignore[arg-type]
             return inst.read()
         sup = control.spawn_detached("buun_tool.server.worker", inst, fd, dict(os.environ))
     finally:
@@ -300,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         if data is None:
             print(f"no launch spec in {inst.spec_file}", file=sys.stderr)
             return int(Exit.NOT_READY)
-        WorkerSupervisor(WorkerSpec.from_json(data), inst, listener=report).run()  # type: ignore[arg-type]
+        WorkerSupervisor(WorkerSpec.from_json(data), inst,  # type: ignore[arg-type]
+                         listener=report, lock_fd=args.lock_fd).run()
     except BuunError as exc:
         report("failed", f"{exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
         return int(exc.exit_code)
