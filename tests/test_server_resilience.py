@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -156,4 +157,37 @@ def test_an_instance_folder_deleted_while_running_is_made_again(fake: Fake) -> N
     assert (d / "spec.json").exists()
     assert "was deleted while running; made again" in fake("logs", "gone", check=True).stdout
     fake("stop", "gone", check=True)
+    assert_none_left(fake)
+
+
+def test_serve_stops_when_its_terminal_closes(fake: Fake) -> None:
+    """`buun serve` in a terminal that closes (an SSH session dropped) gets SIGHUP, which also
+    means `buun restart`: it relaunched llama-server, then died with a traceback at the first line
+    it showed on the gone terminal, its record left 'stopping'. Now it stops in order."""
+    import pty
+
+    port = free_port()
+    pid, fd = pty.fork()
+    if pid == 0:  # a session on the new terminal, as a shell's foreground job
+        os.chdir(ROOT)
+        os.execve(sys.executable, [sys.executable, "-m", "buun_tool", "serve", *fake.launch_args("tty", port)],
+                  {**fake.env, "COLUMNS": "200"})
+    try:
+        fake.wait("tty", lambda r: r["state"] == "ready")
+        server = fake.record("tty")["server"]["pid"]
+    finally:
+        os.close(fd)  # hang up: the kernel sends SIGHUP to the terminal's session
+    deadline = time.monotonic() + 8
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if done[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise AssertionError(f"buun serve still runs after its terminal closed: {fake.record('tty')}")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    rec = fake.record("tty")
+    assert rec["state"] == "stopped" and rec["restarts"] == 0
+    assert not psutil.pid_exists(server)
+    log = (fake.dir("tty") / "server.log").read_text()
+    assert "stopping: the terminal closed" in log and "restart requested" not in log
     assert_none_left(fake)

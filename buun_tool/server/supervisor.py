@@ -113,8 +113,8 @@ class Supervisor:
 
     # --- requests (any thread, signal handlers) ---------------------------------------------
 
-    def request_stop(self) -> None:
-        self.events.put(("stop", None))
+    def request_stop(self, why: str = "stop requested") -> None:
+        self.events.put(("stop", why))
 
     def request_restart(self) -> None:
         self.events.put(("restart", None))
@@ -164,7 +164,7 @@ class Supervisor:
         elif kind == "eof":
             self.eof_of = max(self.eof_of, data)
         elif kind == "stop" and self.record.state not in (State.STOPPED, State.FAILED):
-            self._stop("stop requested")
+            self._stop(data)
         elif kind == "restart" and self.record.state in (State.STARTING, State.READY, State.BACKOFF):
             self._stop("restart requested", final=False)
             self._launch()
@@ -500,8 +500,19 @@ class Supervisor:
         if threading.current_thread() is not threading.main_thread():
             return {}
         old = {}
+        ttys = [fd for fd in (0, 1, 2) if os.isatty(fd)]
+
+        def hangup() -> None:
+            """SIGHUP is `buun restart`'s (and systemd's reload), but a terminal that closes sends
+            it too, to `buun serve` in it: then stop, as any program in a closed terminal does,
+            rather than relaunch llama-server for no one and die at the first line it shows."""
+            if ttys and not all(os.isatty(fd) for fd in ttys):  # a hung-up terminal is no tty
+                self.request_stop("the terminal closed")
+            else:
+                self.request_restart()
+
         for sig, action in ((signal.SIGTERM, self.request_stop), (signal.SIGINT, self.request_stop),
-                            (signal.SIGHUP, self.request_restart)):
+                            (signal.SIGHUP, hangup)):
             old[sig] = signal.signal(sig, lambda _s, _f, a=action: a())
         return old
 
