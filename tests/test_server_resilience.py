@@ -191,3 +191,32 @@ def test_serve_stops_when_its_terminal_closes(fake: Fake) -> None:
     log = (fake.dir("tty") / "server.log").read_text()
     assert "stopping: the terminal closed" in log and "restart requested" not in log
     assert_none_left(fake)
+
+
+def test_reading_an_instance_never_makes_a_start_fail(isolated_dirs: Path) -> None:
+    """`buun status` (a monitoring script's, every few seconds) probes the instance lock. The probe
+    took it exclusively for a moment, so a `buun start`, `stop` or `restart` at that moment was
+    refused ('already being started or stopped by another buun', exit 8), and two probes at once
+    saw each other as a running supervisor."""
+    from buun_tool.server.instance import Instance
+
+    inst = Instance("busy")
+    inst.make_dir()
+    probe = ("import time\nfrom buun_tool.server.instance import Instance\n"
+             "end = time.monotonic() + 2\nwhile time.monotonic() < end: Instance('busy').is_locked()\n")
+    probers = [subprocess.Popen([sys.executable, "-c", probe], cwd=ROOT) for _ in range(2)]
+    refused = seen = tries = 0
+    try:
+        time.sleep(0.3)  # the probers' imports
+        while any(p.poll() is None for p in probers):
+            tries += 1
+            seen += inst.is_locked()
+            fd = inst.try_lock()
+            if fd is None:
+                refused += 1
+            else:
+                os.close(fd)
+    finally:
+        for p in probers:
+            p.wait()
+    assert tries > 100 and (refused, seen) == (0, 0), (tries, refused, seen)

@@ -67,25 +67,37 @@ class Instance:
             private_dir(d)
         return self.dir
 
-    def try_lock(self) -> int | None:
-        """An fd holding the instance lock, or None when another process holds it."""
+    def try_lock(self, wait: float = 0.5) -> int | None:
+        """An fd holding the instance lock, or None when another process holds it. A command that
+        reads the instance (is_locked: `buun status`, a monitoring script's) holds the lock for a
+        moment: a lock still held after `wait` s is another buun's."""
         self.make_dir()
         fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        return fd
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return None
+                time.sleep(0.01)
 
     def is_locked(self) -> bool:
-        """Is a supervisor alive for this instance? (Probes the lock without keeping it.)"""
-        if not self.lock_file.exists():
+        """Is a supervisor alive for this instance? Probes the lock shared and lets it go: two
+        probes never see each other as a supervisor (an exclusive probe did, and failed a start
+        or stop that came at the same moment)."""
+        try:
+            fd = os.open(self.lock_file, os.O_RDONLY)
+        except FileNotFoundError:
             return False
-        fd = self.try_lock()
-        if fd is None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
             return True
-        os.close(fd)
+        finally:
+            os.close(fd)
         return False
 
     @contextlib.contextmanager
