@@ -220,3 +220,29 @@ def test_reading_an_instance_never_makes_a_start_fail(isolated_dirs: Path) -> No
         for p in probers:
             p.wait()
     assert tries > 100 and (refused, seen) == (0, 0), (tries, refused, seen)
+
+
+def test_a_stop_while_another_cleans_up_waits_for_it(fake: Fake) -> None:
+    """A second `buun stop` that came while the first held the lock to clean up after a
+    supervisor that had died failed with 'locked but its supervisor is unknown' (exit 8), once the
+    first had let go too. Here the test holds the lock, as that first stop does, for a second."""
+    from buun_tool.server.instance import Instance
+
+    inst = Instance("twice")
+    inst.make_dir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (inst.dir / "state.json").write_text(json.dumps({
+        "name": "twice", "run_id": "r", "state": "ready", "port": 1,
+        "supervisor": {"pid": dead.pid, "create_time": time.time() - 5}}))
+    fd = inst.try_lock()
+    assert fd is not None
+    try:
+        stop = subprocess.Popen([sys.executable, "-m", "buun_tool", "stop", "twice"], cwd=ROOT, env=fake.env,
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+    finally:
+        os.close(fd)
+    _, err = stop.communicate(timeout=20)
+    assert stop.returncode == 0 and "twice: stopped (cleaned up" in " ".join(err.split()), err
+    assert fake.record("twice")["state"] == "stopped"

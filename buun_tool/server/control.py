@@ -183,15 +183,17 @@ def stop(inst: Instance, grace: float | None = None) -> str:
     killed = False
     if inst.is_locked():
         sup = _locking_supervisor(inst)
-        if sup is None:
-            raise BuunError(f"instance {inst.name} is locked but its supervisor is unknown",
-                            f"another buun command is starting it; retry in a moment, or see {inst.lock_file}",
+        if sup is not None:
+            sup.send_signal(signal.SIGTERM)  # the loop stops the server in order, then exits
+            if _wait_unlocked(inst, grace + 3.0):
+                return "stopped"
+            process.kill_process(sup, 0.0)  # it already had its SIGTERM: kill it, then its server below
+            killed = True
+        elif inst.is_locked():  # a start still spawning it, or a stop cleaning up, for more than 5 s
+            raise BuunError(f"instance {inst.name} is held by another buun command (a start or a stop) and "
+                            "names no supervisor yet", f"retry in a moment; `{inst.command('status')}` shows it",
                             Exit.CONFLICT)
-        sup.send_signal(signal.SIGTERM)  # the loop stops the server in order, then exits
-        if _wait_unlocked(inst, grace + 3.0):
-            return "stopped"
-        process.kill_process(sup, 0.0)  # it already had its SIGTERM: kill it, then its server below
-        killed = True
+        # else another stop (or a start that failed) held it for a moment and let go: see what it left
     with inst.locked():  # no supervisor: the record is ours to fix
         r = inst.read()
         server = live(r.server if r else None, inst.program)
