@@ -246,3 +246,46 @@ def test_a_stop_while_another_cleans_up_waits_for_it(fake: Fake) -> None:
     _, err = stop.communicate(timeout=20)
     assert stop.returncode == 0 and "twice: stopped (cleaned up" in " ".join(err.split()), err
     assert fake.record("twice")["state"] == "stopped"
+
+
+def test_a_clock_set_back_does_not_delay_a_relaunch(fake: Fake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The relaunch after a crash waited for the wall clock to reach its time: a clock set back an
+    hour while the server was down (NTP stepping it, a VM resumed) kept it down for that hour.
+    The supervisor runs in this process, so that its clock can be set back the moment it backs off."""
+    import threading
+
+    from buun_tool.server.instance import Instance
+    from buun_tool.server.spec import LaunchSpec
+    from buun_tool.server.supervisor import Supervisor
+
+    port = free_port()
+    fake.start("clock", port)  # a real launch's spec, then the supervisor run here
+    fake("stop", "clock", check=True)
+    inst = Instance("clock")
+    spec_data = inst.read_spec()
+    assert spec_data is not None
+    events: list[str] = []
+    real_time = time.time
+
+    def listener(kind: str, message: str) -> None:
+        events.append(kind)
+        if kind == "ready" and events.count("ready") == 1:
+            psutil.Process(sup.child.pid).kill()  # type: ignore[union-attr]
+        if kind == "backoff":
+            monkeypatch.setattr(time, "time", lambda: real_time() - 3600)
+
+    fd = inst.try_lock()
+    sup = Supervisor(LaunchSpec.from_json(spec_data), inst, None, listener, fd)
+    thread = threading.Thread(target=sup.run)
+    thread.start()
+    try:
+        deadline = real_time() + 6
+        while events.count("ready") < 2 and real_time() < deadline:
+            time.sleep(0.05)
+        assert events.count("ready") == 2, events
+    finally:
+        sup.request_stop()
+        thread.join(10)
+        if fd is not None:
+            os.close(fd)
+    assert_none_left(fake)

@@ -75,7 +75,10 @@ class Supervisor:
         self.launch_no = 0
         self.eof_of = 0  # the last launch whose output has ended
         self.tail: collections.deque[str] = collections.deque(maxlen=300)  # this launch's output
-        self.crash_times: collections.deque[float] = collections.deque()
+        self.crash_times: collections.deque[float] = collections.deque()  # time.monotonic()
+        # BACKOFF: when to launch again, by the monotonic clock; the record's next_start_at is the
+        # wall clock's, for `buun status`: a clock set back (NTP, a VM resumed) must not delay it
+        self.next_start = 0.0
         self.ever_ready = False
         self.deadline = 0.0  # STARTING: give up when no progress until then
         self.next_probe = 0.0
@@ -199,7 +202,7 @@ class Supervisor:
                 elif health.ok and (stalled := self._stalled(now)):
                     self._hung(stalled)
         elif state == State.BACKOFF and self.record.next_start_at is not None:
-            if time.time() >= self.record.next_start_at:
+            if now >= self.next_start:
                 self._launch()
 
     # --- transitions ---------------------------------------------------------------------
@@ -390,7 +393,7 @@ class Supervisor:
         else:
             self.record.lost_workers, self.record.lost_since = {}, None
         step = f" ({_steps(lost)})" if lost else ""
-        now = time.time()
+        now = time.monotonic()
         self.crash_times.append(now)
         while self.crash_times and self.crash_times[0] < now - self.policy.crash_window:
             self.crash_times.popleft()
@@ -406,7 +409,7 @@ class Supervisor:
                 f"`{self.inst.start_command}` again"))
             return
         delay = self.policy.backoff(len(self.crash_times))
-        r.next_start_at = now + delay
+        self.next_start, r.next_start_at = now + delay, time.time() + delay
         self.waiting = False
         self._set(State.BACKOFF, f"{cause}; restarting in {delay:.1f} s{step}")
 
@@ -450,7 +453,7 @@ class Supervisor:
             return True
         changed = set(lost) != set(self.record.lost_workers) or not self.waiting
         text = self._lost(lost)
-        self.record.next_start_at = time.time() + WORKER_RETRY
+        self.next_start, self.record.next_start_at = time.monotonic() + WORKER_RETRY, time.time() + WORKER_RETRY
         if changed or self.record.state != State.BACKOFF:  # said once, not at each probe
             self.waiting = True
             self._set(State.BACKOFF, f"{text}: {_steps(lost)}; {self.program} starts again once it answers")
