@@ -289,3 +289,17 @@ def test_a_clock_set_back_does_not_delay_a_relaunch(fake: Fake, monkeypatch: pyt
         if fd is not None:
             os.close(fd)
     assert_none_left(fake)
+
+
+def test_status_says_when_a_crashed_server_is_launched_again(fake: Fake) -> None:
+    """Between a crash and the relaunch (--backoff, doubled per recent crash, up to a minute) the
+    server is down: `buun status` said 'backoff' and why, not for how long."""
+    port = free_port()
+    fake.start("down", port, "--backoff", "30", "--backoff-max", "30")
+    psutil.Process(fake.record("down")["server"]["pid"]).kill()
+    fake.wait("down", lambda r: r["state"] == "backoff")
+    text = " ".join(fake("status", "down", check=True).stdout.split())
+    assert "backoff" in text and "last crash llama-server was killed by SIGKILL" in text
+    assert "relaunch in 30 s (at " in text or "relaunch in 29 s (at " in text, text
+    fake("stop", "down", check=True)
+    assert_none_left(fake)

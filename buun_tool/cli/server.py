@@ -188,6 +188,9 @@ def _print_status(st: control.InstanceStatus) -> None:
     if r:
         row("restarts", f"{r.restarts} ({r.crashes} crashes)")
         row("last crash", r.last_crash)
+        if st.state == State.BACKOFF and r.next_start_at:  # down until then: say so, not only why
+            row("relaunch", f"in {max(r.next_start_at - time.time(), 0):.0f} s "
+                f"(at {time.strftime('%H:%M:%S', time.localtime(r.next_start_at))})")
         row("recipe", r.recipe)
         row("target", r.target)
         row("draft", r.draft)
