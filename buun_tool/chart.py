@@ -41,8 +41,14 @@ def require() -> None:
 
 def _figure(width: float, height: float) -> Figure:
     require()
+    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+
+    # every text is literal: labels carry names from a bench.json anyone may send, and a `$` pair in
+    # them was read as mathtext (a malformed one a ValueError when drawn). Read when each text is
+    # made, ticks' at drawing time included, so set for the process: buun's charts are its only figures.
+    matplotlib.rcParams["text.parse_math"] = False
 
     fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)

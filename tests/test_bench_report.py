@@ -249,6 +249,64 @@ class TestReportInBrowser:
         assert "http://127.0.0.1:9/x.png" in requests and "boom" in errors
 
 
+# A string a crafted bench.json puts everywhere the report shows one: a quote and `>` to break out of
+# an attribute, a script, an event handler, rich markup, and a `$` pair matplotlib read as mathtext.
+HOSTILE = '"\'><script>alert(1)</script><img src=x onerror=alert(2)>[/]$\\frac{$'
+
+
+def crafted_run() -> dict[str, Any]:
+    """RECORDED with HOSTILE in every string the report or --compare shows."""
+    data = json.loads(RECORDED.read_text())
+    for item in (*data["summary"], *data["samples"]):
+        item["suite"], item["mode"] = HOSTILE, HOSTILE + "m"
+    for item in (*data["summary"], *data["configs"]):
+        item["label"] = HOSTILE + item["label"]
+    data["machine"].update(cpu=HOSTILE, hostname=HOSTILE, gpus=[{**data["machine"]["gpus"][0], "name": HOSTILE}])
+    data["machine"][HOSTILE] = HOSTILE
+    data["llama_cpp"].update(pin=HOSTILE, version=[HOSTILE], build={HOSTILE: HOSTILE})
+    data["commands"] = {**{name: [HOSTILE, *argv] for name, argv in data["commands"].items()}, HOSTILE: [HOSTILE]}
+    data["options"].update(models_note=HOSTILE, env={HOSTILE: HOSTILE})
+    data["created"], data["prompt_sources"] = HOSTILE, {HOSTILE: HOSTILE}
+    data["prompts"] = [{"suite": HOSTILE, "id": HOSTILE, "text": HOSTILE}]
+    return data
+
+
+class _Markup(HTMLParser):
+    """Every tag and attribute name of a page, and its text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: set[str] = set()
+        self.attrs: set[str] = set()
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        self.attrs |= {k for k, _ in attrs}
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def _markup(path: Path) -> _Markup:
+    page = _Markup()
+    page.feed(path.read_text(encoding="utf-8"))
+    page.close()
+    return page
+
+
+class TestCraftedRun:
+    def test_its_strings_are_text_not_markup(self, tmp_path: Path) -> None:
+        """Before: matplotlib read the `$` pair of a label as mathtext and drawing the chart raised
+        ValueError (a traceback); every string must also reach the page as text."""
+        ours = _markup(_report(tmp_path / "ours"))
+        page = _markup(_report(tmp_path / "crafted", write_json(tmp_path / "run" / "bench.json", crafted_run())))
+        assert "script" not in page.tags and not [a for a in page.attrs if a.startswith("on")]
+        assert page.tags <= ours.tags and page.attrs <= ours.attrs  # only the markup buun writes itself
+        shown = [t for t in page.text if HOSTILE in t]
+        assert len(shown) > 10, shown  # names, machine, pin, commands, prompts: shown, whole, as text
+
+
 class TestBadInput:
     @pytest.mark.parametrize("content, message", [
         ("not json {", "is not a readable JSON file"),
