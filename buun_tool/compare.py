@@ -141,15 +141,18 @@ def _noise_text(n: Noise) -> str:
 def table(c: Comparison) -> Table:
     from rich.text import Text
 
-    from buun_tool.console import Table
+    from buun_tool.console import Table, printable
 
     t = Table(title=Text(f"{c.a_name}  vs  {c.b_name}"), header_style="bold", box=None)  # folder names: literal
     for col in ("config", "suite", "mode", "A tok/s", "B tok/s", "B/A", "noise A", "noise B", "verdict"):
         t.add_column(col, justify="left" if col in ("config", "suite", "mode", "verdict") else "right")
     for r in c.rows:
-        verdict = ("no noise measure" if r.flagged is None else "[bold red]beyond noise[/]" if r.flagged
-                   else "within noise")
-        t.add_row(r.label, r.suite, r.mode, "-" if r.a_tps is None else f"{r.a_tps:.1f}",
+        verdict = Text("no noise measure" if r.flagged is None else "beyond noise" if r.flagged else "within noise",
+                       "bold red" if r.flagged else "")
+        # the names come from the files: literal text (a `[/]` in them was a rich MarkupError traceback),
+        # and no control character reaches the terminal
+        names = (Text(printable(v)) for v in (r.label, r.suite, r.mode))
+        t.add_row(*names, "-" if r.a_tps is None else f"{r.a_tps:.1f}",
                   "-" if r.b_tps is None else f"{r.b_tps:.1f}", _pct(r.ratio - 1 if r.ratio else None),
                   _noise_text(r.a_noise), _noise_text(r.b_noise), verdict)
     return t

@@ -20,6 +20,29 @@ NO_MATPLOTLIB = [sys.executable, "-c", "import sys; sys.modules['matplotlib'] = 
                  "from buun_tool.cli.app import main; sys.argv[0] = 'buun'; main()"]
 
 
+# A string a crafted bench.json puts everywhere the report shows one: a quote and `>` to break out of
+# an attribute, a script, an event handler, rich markup, and a terminal escape and a `$` pair
+# matplotlib read as mathtext.
+HOSTILE = '"\'><script>alert(1)</script><img src=x onerror=alert(2)>[/]\x1b]0;title\x07$\\frac{$'
+
+
+def crafted_run() -> dict[str, Any]:
+    """RECORDED with HOSTILE in every string the report or --compare shows."""
+    data = json.loads(RECORDED.read_text())
+    for item in (*data["summary"], *data["samples"]):
+        item["suite"], item["mode"] = HOSTILE, HOSTILE + "m"
+    for item in (*data["summary"], *data["configs"]):
+        item["label"] = HOSTILE + item["label"]
+    data["machine"].update(cpu=HOSTILE, hostname=HOSTILE, gpus=[{**data["machine"]["gpus"][0], "name": HOSTILE}])
+    data["machine"][HOSTILE] = HOSTILE
+    data["llama_cpp"].update(pin=HOSTILE, version=[HOSTILE], build={HOSTILE: HOSTILE})
+    data["commands"] = {**{name: [HOSTILE, *argv] for name, argv in data["commands"].items()}, HOSTILE: [HOSTILE]}
+    data["options"].update(models_note=HOSTILE, env={HOSTILE: HOSTILE})
+    data["created"], data["prompt_sources"] = HOSTILE, {HOSTILE: HOSTILE}
+    data["prompts"] = [{"suite": HOSTILE, "id": HOSTILE, "text": HOSTILE}]
+    return data
+
+
 def bench_cli(*args: str) -> Any:
     """`buun bench ARGS` in-process."""
     return CliRunner().invoke(app, ["bench", *args])

@@ -11,7 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench_files import NO_MATPLOTLIB, OTHER_CONFIGS, RECORDED, TWIN, bench_cli, said, write_json
+from buun_tool.console import printable
+from tests.bench_files import (
+    HOSTILE,
+    NO_MATPLOTLIB,
+    OTHER_CONFIGS,
+    RECORDED,
+    TWIN,
+    bench_cli,
+    crafted_run,
+    said,
+    write_json,
+)
 
 
 class TestCompare:
@@ -72,6 +83,15 @@ class TestCompare:
 
 
 class TestBadInput:
+    def test_names_from_the_files_are_printed_as_they_are(self, tmp_path: Path) -> None:
+        """Before: the table read a label, suite or mode as rich markup: `[/]` in one was a MarkupError
+        traceback, and a terminal escape in it went to the terminal."""
+        a = write_json(tmp_path / "a" / "bench.json", crafted_run())
+        res = bench_cli("--compare", str(a), str(a), "--out", str(tmp_path / "cmp"))
+        assert res.exit_code == 0, res.output
+        assert printable(HOSTILE + "AR") in res.output and printable(HOSTILE + "m") in res.output
+        assert "\x1b" not in res.output
+
     def test_runs_of_different_configurations_are_not_compared(self, tmp_path: Path) -> None:
         res = bench_cli("--compare", str(RECORDED), str(OTHER_CONFIGS), "--out", str(tmp_path))
         text = said(res.output)

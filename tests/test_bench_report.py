@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from buun_tool import bench, figures, report, treeprofile
-from tests.bench_files import NO_MATPLOTLIB, RECORDED, bench_cli, said, tree_sweep_run, write_json
+from tests.bench_files import HOSTILE, NO_MATPLOTLIB, RECORDED, bench_cli, crafted_run, said, tree_sweep_run, write_json
 from tests.server_browser import Chromium, find_chromium
 
 CHARTS = ("speed", "acceptance", "al-sweep", "memory")
@@ -247,28 +247,6 @@ class TestReportInBrowser:
         finally:
             browser.close()
         assert "http://127.0.0.1:9/x.png" in requests and "boom" in errors
-
-
-# A string a crafted bench.json puts everywhere the report shows one: a quote and `>` to break out of
-# an attribute, a script, an event handler, rich markup, and a `$` pair matplotlib read as mathtext.
-HOSTILE = '"\'><script>alert(1)</script><img src=x onerror=alert(2)>[/]$\\frac{$'
-
-
-def crafted_run() -> dict[str, Any]:
-    """RECORDED with HOSTILE in every string the report or --compare shows."""
-    data = json.loads(RECORDED.read_text())
-    for item in (*data["summary"], *data["samples"]):
-        item["suite"], item["mode"] = HOSTILE, HOSTILE + "m"
-    for item in (*data["summary"], *data["configs"]):
-        item["label"] = HOSTILE + item["label"]
-    data["machine"].update(cpu=HOSTILE, hostname=HOSTILE, gpus=[{**data["machine"]["gpus"][0], "name": HOSTILE}])
-    data["machine"][HOSTILE] = HOSTILE
-    data["llama_cpp"].update(pin=HOSTILE, version=[HOSTILE], build={HOSTILE: HOSTILE})
-    data["commands"] = {**{name: [HOSTILE, *argv] for name, argv in data["commands"].items()}, HOSTILE: [HOSTILE]}
-    data["options"].update(models_note=HOSTILE, env={HOSTILE: HOSTILE})
-    data["created"], data["prompt_sources"] = HOSTILE, {HOSTILE: HOSTILE}
-    data["prompts"] = [{"suite": HOSTILE, "id": HOSTILE, "text": HOSTILE}]
-    return data
 
 
 class _Markup(HTMLParser):
