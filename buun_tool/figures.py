@@ -150,7 +150,9 @@ def tree_budgets(data: dict[str, Any]) -> dict[str, int]:
 def tree_profiled(data: dict[str, Any]) -> bool:
     """Whether the tree sweep ran under the calibrated synthetic profile (random weights), not the
     drafter's own acceptance: its servers' argv say so."""
-    return any("--spec-synth-tree" in c.get("argv", []) for c in data["configs"] if c.get("tree_budget") is not None)
+    # argv is null where no server was started (--url)
+    return any("--spec-synth-tree" in (c.get("argv") or []) for c in data["configs"]
+               if c.get("tree_budget") is not None)
 
 
 def tree_vs_chain(data: dict[str, Any]) -> list[tuple[dict[str, Any], int, float | None]]:

@@ -193,6 +193,15 @@ class TestTreeSweep:
         assert "served with the drafter's own acceptance on these models and prompts" in said(text)
         assert "synthetic tree profile" not in text
 
+    def test_a_sweep_without_argv(self, tmp_path: Path) -> None:
+        """argv is null where bench started no server; before, a sweep's null argv was a TypeError traceback."""
+        data = tree_sweep_run()
+        for cfg in data["configs"]:
+            cfg["argv"] = None
+        assert not figures.tree_profiled(data)
+        _, text = _parse(_report(tmp_path, write_json(tmp_path / "run" / "bench.json", data)))
+        assert '<table id="table-tree">' in text
+
     def test_the_al_sweep_leaves_the_tree_sweep_out(self, tmp_path: Path) -> None:
         """Both sweeps in one run: each chart and table holds its own configurations only."""
         _, text = _parse(_report(tmp_path, _source(tmp_path, SWEEP)[0]))
