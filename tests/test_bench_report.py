@@ -312,6 +312,58 @@ class TestBadInput:
         assert res.exit_code == 2 and message in said(res.output), res.output
         assert "Traceback" not in res.output and not (tmp_path / "out").exists()
 
+    @pytest.mark.parametrize("change, message", [
+        (lambda d: d["summary"][0].update(decode_tps=float("nan")), "summary[0].decode_tps is NaN, expected a number"),
+        (lambda d: d["summary"][1].update(speedup=float("inf")), "summary[1].speedup is Infinity, expected a number"),
+        (lambda d: d["summary"][0].update(decode_tps="fast"), 'summary[0].decode_tps is "fast", expected a number'),
+        (lambda d: d["summary"][0].update(requests=2.5), "summary[0].requests is 2.5, expected a whole number"),
+        (lambda d: d["summary"][0].update(label=5), "summary[0].label is 5, expected a string"),
+        (lambda d: d["summary"][2].update(accept_per_pos=["a"]),
+         'summary[2].accept_per_pos is ["a"], expected a list'),
+        (lambda d: d["samples"][0].update(decode_ms=-5), "samples[0].decode_ms is -5, expected a number from 0"),
+        (lambda d: d["configs"][0].update(peak_gpu_mib=10**30),
+         f"configs[0].peak_gpu_mib is {10**30}, expected a whole number from 0 to 1e15"),
+        (lambda d: d["configs"][0].update(spec="no"), 'configs[0].spec is "no", expected true or false'),
+        (lambda d: d["machine"].update(gpus={"a": 1}), "machine.gpus is a JSON dict, expected a list"),
+        (lambda d: d["machine"].update(gpus=[{}]), "machine.gpus[0] has no name"),
+        (lambda d: d["commands"].update(ar="llama-server -m x"), 'commands.ar is "llama-server -m x", expected a list'),
+        (lambda d: d.update(prompt_sources=["code"]), "prompt_sources is a JSON list, expected an object"),
+        (lambda d: d.update(prompts=[{"suite": "code"}]), "prompts[0] has no id, text"),
+        (lambda d: d.update(format=2, limits={"bandwidth_gbs": 100, "target_bytes": 0}),
+         "limits.target_bytes is 0, expected a number above 0"),
+    ], ids=["nan", "infinity", "string", "fraction", "label", "positions", "negative", "huge", "bool", "gpus",
+            "gpu", "argv", "sources", "prompt", "zero bytes"])
+    def test_a_field_of_the_wrong_kind_is_named(self, tmp_path: Path, change: Any, message: str) -> None:
+        """Before: each was a traceback in a chart or a table (ValueError, TypeError, KeyError,
+        OverflowError, ZeroDivisionError), or, for a negative time, a negative speed drawn."""
+        data = json.loads(RECORDED.read_text())
+        change(data)
+        src = write_json(tmp_path / "r" / "bench.json", data)
+        for args in (("--report-from", str(src)), ("--compare", str(src), str(src))):
+            res = bench_cli(*args, "--out", str(tmp_path / "out"))
+            assert res.exit_code == 2 and f"{src}: {message}" in said(res.output), res.output
+        assert not (tmp_path / "out").exists()
+
+    @pytest.mark.parametrize("content, message", [
+        ("[" * 100_000, "is not a readable JSON file (maximum recursion depth exceeded"),
+        ('{"format": ' + "9" * 5000 + "}", "is not a readable JSON file (Exceeds the limit (4300 digits)"),
+        (b'{"created": "\xe9"}', "is not a readable JSON file ('utf-8' codec can't decode byte 0xe9"),
+        (b" " * (64 * 2**20 + 1), "is larger than 64 MiB: not a `buun bench` result"),
+    ], ids=["deep", "long integer", "latin-1", "huge"])
+    def test_json_that_python_cannot_hold(self, tmp_path: Path, content: str | bytes, message: str) -> None:
+        """Before: deep nesting was a RecursionError traceback; a file of any size was read whole."""
+        bad = tmp_path / "bad.json"
+        bad.write_bytes(content if isinstance(content, bytes) else content.encode())
+        res = bench_cli("--report-from", str(bad), "--out", str(tmp_path / "out"))
+        assert res.exit_code == 2 and f"{bad} {message}" in said(res.output), res.output
+
+    def test_a_folder(self, tmp_path: Path) -> None:
+        res = bench_cli("--report-from", str(tmp_path))
+        assert res.exit_code == 2 and f"{tmp_path} is a folder, not a bench.json" in said(res.output), res.output
+        write_json(tmp_path / "bench.json", json.loads(RECORDED.read_text()))
+        res = bench_cli("--compare", str(tmp_path), str(RECORDED))
+        assert res.exit_code == 2 and f"hint: pass {tmp_path / 'bench.json'}" in said(res.output), res.output
+
     def test_a_summary_row_from_another_version(self, tmp_path: Path) -> None:
         data = json.loads(RECORDED.read_text())
         del data["summary"][1]["accept_per_pos"]
