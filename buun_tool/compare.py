@@ -37,7 +37,8 @@ class Noise:
 def noise(data: dict[str, Any], key: Key) -> Noise:
     by_prompt: dict[str, list[float]] = {}
     for s in data["samples"]:
-        if (s["config"], s["suite"], s["mode"]) == key and s["decode_ms"]:
+        # a request that decoded nothing has no speed to spread around (all of them such: a 0 / 0 spread)
+        if (s["config"], s["suite"], s["mode"]) == key and s["decode_ms"] and s["decode_tokens"]:
             by_prompt.setdefault(s["prompt_id"], []).append(s["decode_tokens"] * 1000 / s["decode_ms"])
 
     def spread(values: list[float]) -> float:

@@ -75,6 +75,19 @@ class TestCompare:
         assert res.exit_code == 0, res.output
         assert "no noise measure" in res.output and "beyond noise" not in res.output
 
+    def test_requests_that_decoded_nothing_have_no_noise(self, tmp_path: Path) -> None:
+        """Before: a row whose requests all decoded 0 tokens divided by their mean speed, 0: a
+        ZeroDivisionError traceback."""
+        a = json.loads(RECORDED.read_text())
+        for s in a["samples"]:
+            if s["config"] == "ar":
+                s["decode_tokens"] = 0
+        res = bench_cli("--compare", str(write_json(tmp_path / "a" / "bench.json", a)), str(RECORDED),
+                        "--out", str(tmp_path / "cmp"), "--json")
+        assert res.exit_code == 0, res.output
+        row = next(r for r in json.loads(res.stdout)["rows"] if r["config"] == "ar")
+        assert row["a_noise"]["spread"] is None and row["b_noise"]["spread"] is not None
+
     def test_two_runs_of_the_same_configurations(self, tmp_path: Path) -> None:
         res = bench_cli("--compare", str(RECORDED), str(TWIN), "--out", str(tmp_path), "--json")
         assert res.exit_code == 0, res.output
