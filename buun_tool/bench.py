@@ -26,6 +26,7 @@ import os
 import platform
 import shlex
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
@@ -134,20 +135,54 @@ class Sample:
     accepted_per_pos: list[float] = field(default_factory=list)
 
 
-def _sse_events(resp: requests.Response) -> Iterator[dict[str, Any]]:
-    for raw in resp.iter_lines():
-        line = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+# A line of llama-server's stream is one event, the longest the last with its timings (a few KB);
+# events come one a token or fewer, then the end and [DONE]. A server that streams more, or a line
+# that never ends, is not measuring what was asked: said so instead of read on forever.
+MAX_LINE = 1 << 20
+NOT_LLAMA = "is this a llama-server? buun bench measures one by --url"
+
+
+def _lines(resp: requests.Response, where: str, stop: threading.Event) -> Iterator[bytes]:
+    pending = b""
+    for chunk in resp.iter_content(65536):
+        if stop.is_set():  # the caller gave up on this request
+            return
+        *lines, pending = (pending + chunk).split(b"\n")
+        if len(pending) > MAX_LINE:
+            raise BuunError(f"{where} streamed a line of more than {MAX_LINE >> 20} MiB", NOT_LLAMA)
+        yield from lines
+    if pending:
+        yield pending
+
+
+def _sse_events(resp: requests.Response, where: str, n_predict: int, stop: threading.Event
+                ) -> Iterator[dict[str, Any]]:
+    most, events = 2 * n_predict + 64, 0
+    for raw in _lines(resp, where, stop):
+        line = raw.rstrip(b"\r").decode("utf-8", errors="replace")
         if not line.startswith("data:"):
             continue
         payload = line[5:].strip()
         if payload == "[DONE]":
             return
-        yield json.loads(payload)
+        events += 1
+        if events > most:
+            raise BuunError(f"{where} streamed more than {most} events for a request of {n_predict} tokens "
+                            "(it does not end its stream)", NOT_LLAMA)
+        try:
+            event = json.loads(payload)
+        except (ValueError, RecursionError):
+            raise BuunError(f"{where} streamed an event that is not JSON: {payload[:100]!r}", NOT_LLAMA) from None
+        if not isinstance(event, dict):
+            raise BuunError(f"{where} streamed an event that is not a JSON object: {payload[:100]!r}", NOT_LLAMA)
+        yield event
 
 
 def _has_token(event: dict[str, Any]) -> bool:
-    if "choices" in event:
-        return any((c.get("delta") or {}).get("content") for c in event["choices"])
+    choices = event.get("choices")
+    if isinstance(choices, list):
+        deltas = (c.get("delta") for c in choices if isinstance(c, dict))
+        return any(isinstance(d, dict) and d.get("content") for d in deltas)
     return bool(event.get("content") or event.get("tokens"))
 
 
@@ -160,25 +195,87 @@ def request_body(prompt: Prompt, mode: str, n_predict: int, seed: int) -> tuple[
     return "/v1/chat/completions", {"messages": messages, "max_tokens": n_predict, **common}
 
 
-def send(url: str, prompt: Prompt, mode: str, n_predict: int, seed: int, timeout: float = 600.0
+def request_timeout(n_predict: int) -> float:
+    """How long one request may take, its stream included: 10 minutes (a long prompt on a slow
+    machine) and a second for each token asked for."""
+    return 600.0 + n_predict
+
+
+def send(url: str, prompt: Prompt, mode: str, n_predict: int, seed: int, timeout: float | None = None
          ) -> tuple[dict[str, Any], float | None]:
-    """Stream one request; returns the server's timings and the client-side time to first token (ms)."""
+    """Stream one request; returns the server's timings and the client-side time to first token (ms).
+    The whole request may take `timeout` seconds (default: request_timeout): requests' timeout is
+    per read, so a server that trickled its bytes, or streamed without end, held the bench forever.
+    The request runs on a thread of its own, which stops at its next read once given up on."""
+    limit = request_timeout(n_predict) if timeout is None else timeout
+    stop, done = threading.Event(), {}
+
+    def work() -> None:
+        try:
+            done["result"] = _stream(url, prompt, mode, n_predict, seed, limit, stop)
+        except Exception as exc:  # raised in the caller's thread below
+            done["error"] = exc
+
+    worker = threading.Thread(target=work, name="buun-bench-request", daemon=True)
+    worker.start()
+    worker.join(limit)
+    if worker.is_alive():
+        stop.set()
+        raise BuunError(f"{url}{request_body(prompt, mode, n_predict, seed)[0]} took more than {limit:g} s for one "
+                        f"request of {n_predict} tokens", "is the server busy with other clients, or stalled? "
+                        "`buun bench` gives a request 10 minutes and a second per token")
+    if "error" in done:
+        raise done["error"]
+    return done["result"]
+
+
+def _stream(url: str, prompt: Prompt, mode: str, n_predict: int, seed: int, limit: float, stop: threading.Event
+            ) -> tuple[dict[str, Any], float | None]:
     path, body = request_body(prompt, mode, n_predict, seed)
+    where = url + path
     t0 = time.perf_counter()
     ttft, timings = None, None
     try:
-        with requests.post(url + path, json=body, stream=True, timeout=timeout) as resp:
+        with requests.post(where, json=body, stream=True, timeout=limit) as resp:
             if resp.status_code != 200:
-                raise BuunError(f"{path} answered HTTP {resp.status_code}: {resp.text[:300]}")
-            for event in _sse_events(resp):
+                raise _answered(resp, where)
+            for event in _sse_events(resp, where, n_predict, stop):
                 if ttft is None and _has_token(event):
                     ttft = (time.perf_counter() - t0) * 1000
-                timings = event.get("timings", timings)
+                if event.get("timings") is not None:
+                    timings = event["timings"]
     except requests.RequestException as exc:
-        raise BuunError(f"request to {url}{path} failed: {exc}") from exc
+        raise BuunError(f"request to {where} failed: {exc}") from exc
     if timings is None:
-        raise BuunError(f"{path} streamed no timings", "is this a llama-server?")
-    return timings, ttft
+        raise BuunError(f"{where} streamed no timings", NOT_LLAMA)
+    return _checked_timings(timings, where), ttft
+
+
+def _answered(resp: requests.Response, where: str) -> BuunError:
+    """The error for an answer other than 200: its status, the start of its body (which may never end)."""
+    try:
+        head = next(resp.iter_content(300), b"")[:300]
+    except requests.RequestException:
+        head = b""
+    return BuunError(f"{where} answered HTTP {resp.status_code}: {head.decode('utf-8', errors='replace')}")
+
+
+def _checked_timings(t: Any, where: str) -> dict[str, Any]:
+    """llama-server's timings, each a count or milliseconds of 0 or more: a string, NaN, a negative
+    time or tokens in no time were a traceback or a speed of nothing in bench.json."""
+    if not isinstance(t, dict):
+        raise BuunError(f"{where} streamed timings that are not a JSON object: {json.dumps(t)[:100]}", NOT_LLAMA)
+    counts = ("prompt_n", "predicted_n", "draft_n", "draft_n_accepted")
+    for key in (*counts, "prompt_ms", "predicted_ms"):
+        value = t.get(key)
+        if value is None and key.startswith("draft"):  # a server without a drafter
+            continue
+        if not _in_range(value) or (key in counts and not isinstance(value, int)):
+            raise BuunError(f"{where} streamed timings with {key} {json.dumps(value)[:60]}: expected "
+                            f"{'a count of tokens' if key in counts else 'milliseconds'}, 0 or more", NOT_LLAMA)
+    if t["predicted_n"] and not t["predicted_ms"]:
+        raise BuunError(f"{where} streamed timings of {t['predicted_n']} tokens decoded in 0 ms", NOT_LLAMA)
+    return t
 
 
 def scrape(url: str) -> metrics.DFlashStats | None:
