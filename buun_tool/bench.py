@@ -235,8 +235,11 @@ def _stream(url: str, prompt: Prompt, mode: str, n_predict: int, seed: int, limi
     where = url + path
     t0 = time.perf_counter()
     ttft, timings = None, None
+    session = requests.Session()
+    session.trust_env = False  # the server at --url, as its /health was asked (Probe): no proxy in between
     try:
-        with requests.post(where, json=body, stream=True, timeout=limit) as resp:
+        # no redirect followed: the server measured is the one at --url, not another host it names
+        with session, session.post(where, json=body, stream=True, timeout=limit, allow_redirects=False) as resp:
             if resp.status_code != 200:
                 raise _answered(resp, where)
             for event in _sse_events(resp, where, n_predict, stop):
@@ -253,6 +256,10 @@ def _stream(url: str, prompt: Prompt, mode: str, n_predict: int, seed: int, limi
 
 def _answered(resp: requests.Response, where: str) -> BuunError:
     """The error for an answer other than 200: its status, the start of its body (which may never end)."""
+    if resp.is_redirect:
+        return BuunError(f"{where} answered HTTP {resp.status_code}, a redirect to {resp.headers.get('location')}",
+                         "buun bench measures the server at --url and follows no redirect: pass the llama-server's "
+                         "own address as --url")
     try:
         head = next(resp.iter_content(300), b"")[:300]
     except requests.RequestException:

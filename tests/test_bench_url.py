@@ -142,6 +142,26 @@ def test_an_answer_that_is_not_llama_servers_is_named(tmp_path: Path, answer: An
     assert "is this a llama-server?" in text or "HTTP 500" in text
 
 
+def test_a_redirect_to_another_host_is_not_followed(tmp_path: Path) -> None:
+    """Before: requests followed it, and the bench measured the other host as the one at --url."""
+    with _server(_good(), host="127.0.0.2") as other:
+        with _server(_status(307, Location=f"{other}/completion")) as url:
+            code, text = _bench(url, tmp_path)
+    assert code == 1 and f"{url}/completion answered HTTP 307, a redirect to {other}/completion" in text, text
+    assert "follows no redirect" in text
+
+
+def test_a_proxy_of_the_environment_is_not_in_between(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the requests went through HTTP_PROXY while the /health before them went to --url."""
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with _server(_status(502, b"the proxy"), host="127.0.0.2") as proxy, _server(_good()) as url:
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+        monkeypatch.setenv("http_proxy", proxy)
+        code, text = _bench(url, tmp_path)
+    assert code == 0, text
+
+
 def test_a_server_that_trickles_its_stream_is_given_up_on(tmp_path: Path) -> None:
     """requests' timeout is per read: a byte every 0.1 s kept a request going for ever."""
     prompt = bench.Prompt("math", "m", "2+2?")
