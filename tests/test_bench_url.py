@@ -73,13 +73,14 @@ def _status(code: int, body: bytes = b"", **headers: str) -> Answer:
 
 
 @contextmanager
-def _server(answer: Answer, host: str = "127.0.0.1") -> Iterator[str]:
-    """A server at the URL yielded: /health ok, /metrics 404, every POST `answer`."""
+def _server(answer: Answer, host: str = "127.0.0.1", metrics: Answer = _status(404)) -> Iterator[str]:
+    """A server at the URL yielded: /health ok, /metrics `metrics`, every POST `answer`."""
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"  # the body ends when the connection does: a stream may never end
 
         def do_GET(self) -> None:
-            (_status(200, b'{"status": "ok"}') if self.path == "/health" else _status(404))(self)
+            get = {"/health": _status(200, b'{"status": "ok"}'), "/metrics": metrics}
+            get.get(self.path, _status(404))(self)
 
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
@@ -140,6 +141,17 @@ def test_an_answer_that_is_not_llama_servers_is_named(tmp_path: Path, answer: An
         code, text = _bench(url, tmp_path)
     assert code == 1 and message in text, text
     assert "is this a llama-server?" in text or "HTTP 500" in text
+
+
+def test_metrics_that_count_nothing_are_not_a_traceback(tmp_path: Path) -> None:
+    """Before: a NaN counter in /metrics was a ValueError traceback (int() of NaN) at the first reading."""
+    text = (b"llamacpp:spec_decode_num_draft_tokens_total NaN\nllamacpp:spec_decode_num_accepted_tokens_total +Inf\n"
+            b"llamacpp:spec_decode_num_drafts_total -3\n")
+    with _server(_good(), metrics=_status(200, text)) as url:
+        code, text_ = _bench(url, tmp_path)
+    assert code == 0, text_
+    sample = json.loads((tmp_path / "bench.json").read_text())["samples"][0]
+    assert sample["steps"] is None and sample["drafted"] == 0  # no verify steps known: none made up
 
 
 def test_a_redirect_to_another_host_is_not_followed(tmp_path: Path) -> None:

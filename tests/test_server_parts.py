@@ -68,6 +68,26 @@ class TestMetrics:
         assert d["accepted_per_pos"] == [0, 3, 0]
         assert metrics.delta(None, after) == {}
 
+    def test_counters_that_count_nothing(self) -> None:
+        """Before: NaN or Infinity was a ValueError or OverflowError traceback (in `buun status`
+        and `buun bench --url`), a negative count was taken as it is, and a position label of 5
+        million made a list that long (of 10^11, the memory)."""
+        s = metrics.dflash_stats(metrics.parse(
+            METRICS.replace(" 300", " NaN").replace(" 120", " +Inf").replace(" 160", " NaN")
+            + 'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="5000000"} 1\n'
+            + 'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="3"} -4\n'))
+        assert s is not None and (s.drafts, s.drafted, s.accepted) == (20, 0, 0)
+        assert s.accepted_per_position == [18, 12, 7] and s.tokens_per_second is None
+        assert metrics.dflash_stats(metrics.parse(
+            "llamacpp:spec_decode_num_drafts_total -3\nllamacpp:spec_decode_num_draft_tokens_total NaN\n")) is None
+
+    def test_a_counter_that_went_back_gives_no_share(self) -> None:
+        """A server restarted between two readings: its request's share is unknown, not negative."""
+        before = metrics.dflash_stats(metrics.parse(METRICS))
+        after = metrics.dflash_stats(metrics.parse(METRICS.replace(" 20\n", " 4\n")))
+        assert metrics.delta(before, after) == {}
+        assert metrics.delta(before, before) == {"drafted": 0, "accepted": 0, "steps": 0, "accepted_per_pos": [0, 0, 0]}
+
     def test_no_drafts_yet_and_no_speculation(self) -> None:
         s = metrics.dflash_stats(metrics.parse("llamacpp:spec_decode_num_drafts_total 0\n"))
         assert s is not None and s.acceptance_rate is None and s.mean_acceptance_length is None

@@ -46,9 +46,20 @@ def parse(text: str) -> dict[str, dict[Labels, float]]:
     return out
 
 
+# Draft positions llama-server counts: a block of 16, a tree's depth. A label past this is not one
+# (a position of 10^11 made a list that long: the memory, or hours).
+MAX_POSITIONS = 256
+
+
 def _scalar(samples: dict[str, dict[Labels, float]], name: str) -> float | None:
     series = samples.get(name)
     return series.get((), None) if series else None
+
+
+def _count(value: float | None) -> int | None:
+    """A counter's value, or None when it is none: NaN, infinite or negative (a server that says so
+    counts nothing these figures can use; int() of NaN or inf was a traceback)."""
+    return int(value) if value is not None and math.isfinite(value) and value >= 0 else None
 
 
 @dataclass
@@ -68,17 +79,17 @@ class DFlashStats:
 
 def dflash_stats(samples: dict[str, dict[Labels, float]]) -> DFlashStats | None:
     """The speculative-decoding figures; None when the server exports none (not a DFlash build)."""
-    drafted, accepted, drafts = (_scalar(samples, n) for n in (DRAFT_TOKENS, ACCEPTED, DRAFTS))
+    drafted, accepted, drafts = (_count(_scalar(samples, n)) for n in (DRAFT_TOKENS, ACCEPTED, DRAFTS))
     if drafted is None and accepted is None and drafts is None:
         return None
-    drafted_i, accepted_i, drafts_i = int(drafted or 0), int(accepted or 0), int(drafts or 0)
+    drafted_i, accepted_i, drafts_i = drafted or 0, accepted or 0, drafts or 0
     per_pos: dict[int, int] = {}
     for labels, value in (samples.get(PER_POS) or {}).items():
-        pos = dict(labels).get("position")
-        if pos is not None and pos.isdigit():
-            per_pos[int(pos)] = int(value)
+        pos, count = dict(labels).get("position"), _count(value)
+        if pos is not None and pos.isdigit() and int(pos) < MAX_POSITIONS and count is not None:
+            per_pos[int(pos)] = count
     per_pos_list = [per_pos.get(i, 0) for i in range(max(per_pos) + 1)] if per_pos else []
-    tokens, seconds = _scalar(samples, PREDICTED), _scalar(samples, PREDICTED_SECONDS)
+    tokens, seconds = _count(_scalar(samples, PREDICTED)), _scalar(samples, PREDICTED_SECONDS)
     speed = tokens / seconds if tokens and seconds and seconds > 0 and math.isfinite(seconds) else None
     return DFlashStats(
         drafts=drafts_i, drafted=drafted_i, accepted=accepted_i,
@@ -91,10 +102,14 @@ def dflash_stats(samples: dict[str, dict[Labels, float]]) -> DFlashStats | None:
 
 def delta(before: DFlashStats | None, after: DFlashStats | None) -> dict[str, Any]:
     """Drafted and accepted tokens, verification steps and accepted tokens per draft position
-    between two readings (one request's share, `buun bench`); {} when either is missing."""
+    between two readings (one request's share, `buun bench`); {} when either is missing or a
+    counter went back."""
     if before is None or after is None:
         return {}
     pb, pa = before.accepted_per_position, after.accepted_per_position
-    return {"drafted": after.drafted - before.drafted, "accepted": after.accepted - before.accepted,
-            "steps": after.drafts - before.drafts,
-            "accepted_per_pos": [pa[i] - (pb[i] if i < len(pb) else 0) for i in range(len(pa))]}
+    out = {"drafted": after.drafted - before.drafted, "accepted": after.accepted - before.accepted,
+           "steps": after.drafts - before.drafts,
+           "accepted_per_pos": [pa[i] - (pb[i] if i < len(pb) else 0) for i in range(len(pa))]}
+    if min(out["drafted"], out["accepted"], out["steps"], *out["accepted_per_pos"]) < 0:
+        return {}  # a counter went back (the server restarted between the readings): no share to take
+    return out
