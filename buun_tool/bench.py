@@ -42,7 +42,7 @@ from buun_tool import bench_configs, build, console, figures, patches, paths, re
 from buun_tool.bench_configs import Overrides, ServerConfig, configs
 from buun_tool.errors import BuunError, Exit, NotReadyError, UsageError
 from buun_tool.server import devices, gpu, metrics, process
-from buun_tool.server.health import Probe
+from buun_tool.server.health import Probe, TookTooLong, within
 from buun_tool.server.local import LocalServer
 
 SUITES = ("code", "math", "prose")
@@ -205,28 +205,14 @@ def send(url: str, prompt: Prompt, mode: str, n_predict: int, seed: int, timeout
          ) -> tuple[dict[str, Any], float | None]:
     """Stream one request; returns the server's timings and the client-side time to first token (ms).
     The whole request may take `timeout` seconds (default: request_timeout): requests' timeout is
-    per read, so a server that trickled its bytes, or streamed without end, held the bench forever.
-    The request runs on a thread of its own, which stops at its next read once given up on."""
+    per read, so a server that trickled its bytes, or streamed without end, held the bench forever."""
     limit = request_timeout(n_predict) if timeout is None else timeout
-    stop, done = threading.Event(), {}
-
-    def work() -> None:
-        try:
-            done["result"] = _stream(url, prompt, mode, n_predict, seed, limit, stop)
-        except Exception as exc:  # raised in the caller's thread below
-            done["error"] = exc
-
-    worker = threading.Thread(target=work, name="buun-bench-request", daemon=True)
-    worker.start()
-    worker.join(limit)
-    if worker.is_alive():
-        stop.set()
+    try:
+        return within(limit, partial(_stream, url, prompt, mode, n_predict, seed, limit))
+    except TookTooLong:
         raise BuunError(f"{url}{request_body(prompt, mode, n_predict, seed)[0]} took more than {limit:g} s for one "
                         f"request of {n_predict} tokens", "is the server busy with other clients, or stalled? "
-                        "`buun bench` gives a request 10 minutes and a second per token")
-    if "error" in done:
-        raise done["error"]
-    return done["result"]
+                        "`buun bench` gives a request 10 minutes and a second per token") from None
 
 
 def _stream(url: str, prompt: Prompt, mode: str, n_predict: int, seed: int, limit: float, stop: threading.Event

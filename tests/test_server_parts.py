@@ -10,15 +10,19 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from buun_tool.errors import Exit
 from buun_tool.server import gpu, logfile, loglines, metrics, process
+from buun_tool.server.health import Health, Probe
 from buun_tool.server.instance import Instance, live, ref_of
 from buun_tool.server.state import TRANSITIONS, ProcRef, Record, State
+from tests.hostile_server import forever, serve, status
 
 # Shaped like server_task_result_metrics::to_metrics() of the pinned llama.cpp.
 METRICS = """\
@@ -128,6 +132,44 @@ class TestSlotStates:
             "idle, unused",
             "busy: task 4, 10 tokens in context",
         ]
+
+
+def _in_time(seconds: float, call: Callable[[], Any]) -> Any:
+    """call() on a thread, its result if it returns within `seconds`; the test fails (not hangs) if not."""
+    done: list[Any] = []
+    worker = threading.Thread(target=lambda: done.append(call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert done, f"still waiting after {seconds} s"
+    return done[0]
+
+
+class TestProbe:
+    """The probes read servers someone else may run (`buun bench --url` asks /health and /metrics):
+    each ends within its timeout whatever the server sends, and never raises."""
+
+    def test_a_body_without_end_or_trickled_is_given_up_on(self) -> None:
+        """Before: requests' timeout is per read: /metrics sent without end, or /health a byte every
+        0.1 s, held the probe (and a bench, which reads /metrics around every request) forever."""
+        endless = forever(b"llamacpp:spec_decode_num_drafts_total 1\n", b"# more\n" * 4096)
+        with serve(status(404), metrics=endless, health=forever(b"", b"{", pause=0.1)) as url:
+            probe = Probe(url, timeout=1.0)
+            try:
+                start = time.monotonic()
+                assert _in_time(5, lambda: probe.get_text("/metrics")) == (200, "")  # 16 MiB read: given up
+                assert _in_time(5, probe.health) == Health(False, "timed out after 1 s")
+                assert time.monotonic() - start < 4
+            finally:
+                probe.close()
+
+    def test_json_that_is_not_json(self) -> None:
+        with serve(status(404), slots=status(200, b"\xff["), props=status(200, b"[" * 100_000)) as url:
+            probe = Probe(url)
+            try:
+                assert probe.get_json("/slots") == (200, None)
+                assert probe.get_json("/props") == (200, None)  # nested past the stack
+            finally:
+                probe.close()
 
 
 class TestLogLines:

@@ -7,10 +7,44 @@ are ignored (the server is on this machine).
 
 from __future__ import annotations
 
+import json
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
+
+T = TypeVar("T")
+MAX_BODY = 16 << 20  # /metrics, /slots and /props are KBs; a body past this is not theirs and is not read on
+
+
+class TookTooLong(Exception):
+    pass
+
+
+def within(seconds: float, call: Callable[[threading.Event], T]) -> T:
+    """call(stop) on a thread of its own, waited on for `seconds` at most: its result (or its
+    exception, raised here); TookTooLong when it is not done by then, with `stop` set for a call
+    that reads a body to end at its next read. requests' timeout is per read: a server that
+    trickles its bytes, or never ends its body, held a plain call forever."""
+    stop, done = threading.Event(), {}
+
+    def work() -> None:
+        try:
+            done["result"] = call(stop)
+        except Exception as exc:
+            done["error"] = exc
+
+    worker = threading.Thread(target=work, name="buun-http", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        stop.set()
+        raise TookTooLong
+    if "error" in done:
+        raise done["error"]
+    return done["result"]
 
 
 @dataclass(frozen=True)
@@ -31,41 +65,57 @@ class Probe:
     def close(self) -> None:
         self._s.close()
 
-    def _get(self, path: str, timeout: float | None = None) -> requests.Response:
-        return self._s.get(self.base_url + path, timeout=timeout or self.timeout)
+    def _get(self, path: str, timeout: float | None = None) -> tuple[int, bytes]:
+        """The status and body of a GET, all of it within the timeout; a body over MAX_BODY is
+        left unread (b"")."""
+        seconds = timeout or self.timeout
+
+        def fetch(stop: threading.Event) -> tuple[int, bytes]:
+            with self._s.get(self.base_url + path, timeout=seconds, stream=True) as r:
+                body = bytearray()
+                for chunk in r.iter_content(65536):
+                    body += chunk
+                    if stop.is_set() or len(body) > MAX_BODY:
+                        return r.status_code, b""
+                return r.status_code, bytes(body)
+
+        try:
+            return within(seconds, fetch)
+        except TookTooLong:
+            raise requests.Timeout(f"{path}: no whole answer within {seconds:g} s") from None
 
     def health(self, timeout: float | None = None) -> Health:
         try:
-            r = self._get("/health", timeout)
+            status, _ = self._get("/health", timeout)
         except requests.Timeout:
             return Health(False, f"timed out after {timeout or self.timeout:g} s")
         except requests.ConnectionError:
             return Health(False, "connection refused")
         except requests.RequestException as exc:
             return Health(False, type(exc).__name__)
-        if r.status_code == 200:
+        if status == 200:
             return Health(True, "ok")
-        if r.status_code == 503:
+        if status == 503:
             return Health(False, "loading model")
-        return Health(False, f"HTTP {r.status_code}")
+        return Health(False, f"HTTP {status}")
 
     def get_json(self, path: str) -> tuple[int, Any]:
         """(status, parsed body); status 0 when the server did not answer."""
         try:
-            r = self._get(path)
+            status, body = self._get(path)
         except requests.RequestException:
             return 0, None
         try:
-            return r.status_code, r.json()
-        except ValueError:
-            return r.status_code, None
+            return status, json.loads(body)
+        except (ValueError, RecursionError):  # not JSON (or not UTF-8), or nested past the stack
+            return status, None
 
     def get_text(self, path: str) -> tuple[int, str]:
         try:
-            r = self._get(path)
+            status, body = self._get(path)
         except requests.RequestException:
             return 0, ""
-        return r.status_code, r.text
+        return status, body.decode("utf-8", errors="replace")
 
 
 def slots_summary(probe: Probe) -> dict[str, Any] | None:
@@ -108,3 +158,4 @@ def slot_state(slot: dict[str, Any]) -> dict[str, Any]:
         "acceptance_rate": accepted / drafted if drafted else None,
         "mean_acceptance_length": 1 + accepted / steps if steps else None,
     }
+
