@@ -120,6 +120,32 @@ class TestSlotStates:
         assert slot_state(self.UNUSED)["task"] is None
         assert slot_state(self.UPSTREAM)["generated"] is None and slot_state(self.UPSTREAM)["drafted"] == 0
 
+    def test_fields_that_are_not_figures(self) -> None:
+        """Before: a `timings` list, a string or NaN count was an AttributeError or ValueError
+        traceback in `buun status`, and a string speed one in its line (format ".1f")."""
+        from buun_tool.cli.server import _slot_line
+        from buun_tool.server.health import slot_state
+
+        odd = slot_state({"id": 0, "is_processing": True, "id_task": 3, "n_prompt_tokens": "many", "timings": [1]})
+        assert (odd["task"], odd["context_tokens"], odd["generated"], odd["drafted"]) == (3, None, None, 0)
+        timings = {"predicted_n": float("nan"), "predicted_per_second": "fast", "draft_n": "x",
+                   "draft_n_accepted": 10**400, "draft_n_steps": -2}
+        bad = slot_state({"id": 1, "id_task": 4, "timings": timings})
+        assert (bad["generated"], bad["tokens_per_second"], bad["drafted"], bad["accepted"]) == (None, None, 0, 0)
+        assert _slot_line(odd) == "busy: task 3" and _slot_line(bad) == "idle, last: task 4"
+
+    def test_a_summary_of_odd_json(self) -> None:
+        """/slots off, and /props's settings a list: before, an AttributeError traceback in `buun status`."""
+        from buun_tool.server.health import slots_summary
+
+        props = status(200, b'{"total_slots": 2, "default_generation_settings": [1]}')
+        with serve(status(404), slots=status(501), props=props) as url:
+            probe = Probe(url)
+            try:
+                assert slots_summary(probe) == {"total": 2, "busy": None, "n_ctx": None, "source": "/props"}
+            finally:
+                probe.close()
+
     def test_the_status_lines(self) -> None:
         from buun_tool.cli.server import _slot_line
         from buun_tool.server.health import slot_state

@@ -8,6 +8,7 @@ are ignored (the server is on this machine).
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -133,8 +134,9 @@ def slots_summary(probe: Probe) -> dict[str, Any] | None:
         return {"error": "needs the API key (--api-key or BUUN_API_KEY)"}
     status, props = probe.get_json("/props")
     if status == 200 and isinstance(props, dict):
-        gen = props.get("default_generation_settings") or {}
-        return {"total": props.get("total_slots"), "busy": None, "n_ctx": gen.get("n_ctx"), "source": "/props"}
+        gen = props.get("default_generation_settings")
+        n_ctx = gen.get("n_ctx") if isinstance(gen, dict) else None
+        return {"total": props.get("total_slots"), "busy": None, "n_ctx": n_ctx, "source": "/props"}
     if status == 401:
         return {"error": "needs the API key (--api-key or BUUN_API_KEY)"}
     return None
@@ -144,18 +146,35 @@ def slot_state(slot: dict[str, Any]) -> dict[str, Any]:
     """One slot of /slots: busy or idle, the tokens in its context, and its request's figures (the
     running request's, an idle slot's last; `timings` is buun's patch 0035, absent upstream, when
     they stay None). With several slots /metrics sums them all: this is each user's own."""
-    t = slot.get("timings") or {}
-    drafted, accepted, steps = (int(t.get(k) or 0) for k in ("draft_n", "draft_n_accepted", "draft_n_steps"))
+    t = slot.get("timings")
+    t = t if isinstance(t, dict) else {}
+    drafted, accepted, steps = (_count(t.get(k)) or 0 for k in ("draft_n", "draft_n_accepted", "draft_n_steps"))
     return {
         "id": slot.get("id"),
         "busy": bool(slot.get("is_processing")),
-        "task": slot.get("id_task"),
-        "context_tokens": slot.get("n_prompt_tokens"),
-        "generated": t.get("predicted_n"),
-        "tokens_per_second": t.get("predicted_per_second") or None,
+        "task": _count(slot.get("id_task")),
+        "context_tokens": _count(slot.get("n_prompt_tokens")),
+        "generated": _count(t.get("predicted_n")),
+        "tokens_per_second": _number(t.get("predicted_per_second")) or None,
         "drafted": drafted,
         "accepted": accepted,
         "acceptance_rate": accepted / drafted if drafted else None,
         "mean_acceptance_length": 1 + accepted / steps if steps else None,
     }
 
+
+# A figure of /slots is a number of 0 or more, or it is none: the fields of a server that is not
+# llama-server (a string, NaN, a list for `timings`) were a traceback in `buun status`.
+def _number(value: Any) -> float | None:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
+
+
+def _count(value: Any) -> int | None:
+    number = _number(value)
+    return int(number) if number is not None else None
