@@ -23,15 +23,20 @@ def write_json_atomic(path: Path, data: Any, private: bool = False) -> None:
     """Write JSON so that a reader sees the old content or the new one, never half of it; on any
     failure (a full disk, Ctrl-C) the temporary file is removed and the old content stays.
     `private`: mode 0600 from the start (the temporary file is the final one)."""
-    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    write_atomic(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(), private)
+
+
+def write_atomic(path: Path, data: bytes, private: bool = False) -> None:
+    """write_json_atomic's way for any bytes. A link at `path` is replaced, never written through:
+    a folder someone sent may hold a report.html that points at one of the reader's files."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if private:
             with open_private(tmp, append=False) as f:
-                f.write(text.encode())
+                f.write(data)
         else:
-            tmp.write_text(text)
+            tmp.write_bytes(data)
         os.replace(tmp, path)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)

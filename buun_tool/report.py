@@ -20,7 +20,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from buun_tool import bench, chart, figures
+from buun_tool import bench, chart, figures, fsutil
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -252,6 +252,7 @@ def with_bandwidth(data: dict[str, Any], bandwidth_gbs: float) -> dict[str, Any]
 def write(data: dict[str, Any], path: Path, bandwidth_gbs: float | None = None) -> Path:
     if bandwidth_gbs is not None:
         data = with_bandwidth(data, bandwidth_gbs)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(data), encoding="utf-8")
+    # --report-from writes beside the JSON it reads: in a folder someone sent, report.html may be a
+    # link to one of the reader's files, which must stay as it is
+    fsutil.write_atomic(path, render(data).encode("utf-8"))
     return path

@@ -364,6 +364,19 @@ class TestBadInput:
         res = bench_cli("--compare", str(tmp_path), str(RECORDED))
         assert res.exit_code == 2 and f"hint: pass {tmp_path / 'bench.json'}" in said(res.output), res.output
 
+    def test_a_report_html_that_is_a_link_is_replaced_not_written_through(self, tmp_path: Path) -> None:
+        """Before: --report-from wrote report.html beside the JSON through the link, over the file it
+        pointed at (a folder someone sent, with report.html -> ~/.bashrc)."""
+        victim = tmp_path / "victim"
+        victim.write_text("mine")
+        sent = write_json(tmp_path / "sent" / "bench.json", json.loads(RECORDED.read_text()))
+        (sent.parent / "report.html").symlink_to(victim)
+        res = bench_cli("--report-from", str(sent))
+        assert res.exit_code == 0, res.output
+        assert victim.read_text() == "mine"
+        page = sent.parent / "report.html"
+        assert not page.is_symlink() and page.read_text().startswith("<!DOCTYPE html>")
+
     def test_a_summary_row_from_another_version(self, tmp_path: Path) -> None:
         data = json.loads(RECORDED.read_text())
         del data["summary"][1]["accept_per_pos"]
