@@ -75,11 +75,13 @@ class TestMetrics:
     def test_counters_that_count_nothing(self) -> None:
         """Before: NaN or Infinity was a ValueError or OverflowError traceback (in `buun status`
         and `buun bench --url`), a negative count was taken as it is, and a position label of 5
-        million made a list that long (of 10^11, the memory)."""
+        million made a list that long (of 10^11, the memory); position "²" passed isdigit() and
+        was a ValueError traceback."""
         s = metrics.dflash_stats(metrics.parse(
             METRICS.replace(" 300", " NaN").replace(" 120", " +Inf").replace(" 160", " NaN")
             + 'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="5000000"} 1\n'
-            + 'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="3"} -4\n'))
+            + 'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="3"} -4\n'
+            + 'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="²"} 1\n'))
         assert s is not None and (s.drafts, s.drafted, s.accepted) == (20, 0, 0)
         assert s.accepted_per_position == [18, 12, 7] and s.tokens_per_second is None
         assert metrics.dflash_stats(metrics.parse(

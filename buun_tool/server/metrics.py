@@ -86,7 +86,8 @@ def dflash_stats(samples: dict[str, dict[Labels, float]]) -> DFlashStats | None:
     per_pos: dict[int, int] = {}
     for labels, value in (samples.get(PER_POS) or {}).items():
         pos, count = dict(labels).get("position"), _count(value)
-        if pos is not None and pos.isdigit() and int(pos) < MAX_POSITIONS and count is not None:
+        # ASCII digits: str.isdigit() holds for "²" too, which int() refuses
+        if pos is not None and pos.isascii() and pos.isdigit() and int(pos) < MAX_POSITIONS and count is not None:
             per_pos[int(pos)] = count
     per_pos_list = [per_pos.get(i, 0) for i in range(max(per_pos) + 1)] if per_pos else []
     tokens, seconds = _count(_scalar(samples, PREDICTED)), _scalar(samples, PREDICTED_SECONDS)
