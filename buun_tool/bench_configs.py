@@ -142,7 +142,7 @@ def tree(budget: int, draft_max: int | None, synthetic: bool = True) -> ServerCo
 def tree_budgets(given: str) -> list[int]:
     """--tree-budget's budgets ("8,16,22,32"), the chain (0) first and each once (1 is the chain too)."""
     items = [v.strip() for v in given.split(",") if v.strip()]
-    if not items or not all(v.isdigit() for v in items):
+    if not items or not all(v.isascii() and v.isdigit() for v in items):  # "²" is a digit int() refuses
         raise UsageError(f"--tree-budget {given!r}: expected a comma-separated list of draft-node budgets, "
                          "0 or more", "for example --tree-budget 8,16,22,32 (the chain, budget 0, is always added)")
     return list(dict.fromkeys([0] + [int(v) if int(v) > 1 else 0 for v in items]))

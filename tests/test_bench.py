@@ -152,6 +152,7 @@ class TestTreeSweep:
     @pytest.mark.parametrize("given, message", [
         ("8,-1", "--tree-budget '8,-1': expected a comma-separated list of draft-node budgets"),
         ("eight", "expected a comma-separated list"), (",", "expected a comma-separated list"),
+        ("8,²", "expected a comma-separated list"),  # a digit to str.isdigit(): int() refused it, a traceback
         ("22,64", "a tree budget of 64 verifies 65 tokens in one ubatch, more than -ub 64"),
     ])
     def test_a_budget_that_cannot_be_swept(self, given: str, message: str) -> None:
@@ -297,9 +298,10 @@ class TestConcurrency:
     def test_a_running_server_has_no_slots_to_set(self) -> None:
         res = CliRunner().invoke(app, ["bench", "--url", "http://127.0.0.1:9", "--concurrency", "4"])
         assert res.exit_code == 2 and "--concurrency starts servers of N slots itself" in " ".join(res.output.split())
-        res = CliRunner().invoke(app, ["bench", "--concurrency", "2,12"])
-        assert res.exit_code == 2 and "expected a comma-separated list of request counts" in " ".join(
-            res.output.split())
+        for given in ("2,12", "²"):  # "²": a digit to str.isdigit(), which int() refused (a traceback)
+            res = CliRunner().invoke(app, ["bench", "--concurrency", given])
+            assert res.exit_code == 2 and "expected a comma-separated list of request counts" in " ".join(
+                res.output.split())
 
 
 class TestChart:

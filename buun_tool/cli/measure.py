@@ -326,7 +326,8 @@ def _workers(value: str, recipe: recipes.Recipe, where: devices.Placement | None
 def _levels(value: str) -> list[int]:
     """--concurrency 2,4: requests at once, each level servers of that many slots."""
     items = [v.strip() for v in value.split(",") if v.strip()]
-    if not items or not all(v.isdigit() and 1 <= int(v) <= recipes.MAX_SLOTS for v in items):
+    # ASCII digits: "²" passes str.isdigit(), and int() refuses it
+    if not items or not all(v.isascii() and v.isdigit() and 1 <= int(v) <= recipes.MAX_SLOTS for v in items):
         raise UsageError(f"--concurrency {value!r}: expected a comma-separated list of request counts, "
                          f"1 to {recipes.MAX_SLOTS}", "for example --concurrency 4, or --concurrency 2,4,8")
     return [int(v) for v in items]
