@@ -142,7 +142,7 @@ def tree(budget: int, draft_max: int | None, synthetic: bool = True) -> ServerCo
 def tree_budgets(given: str) -> list[int]:
     """--tree-budget's budgets ("8,16,22,32"), the chain (0) first and each once (1 is the chain too)."""
     items = [v.strip() for v in given.split(",") if v.strip()]
-    if not items or not all(v.isascii() and v.isdigit() for v in items):  # "²" is a digit int() refuses
+    if not items or not all(command.is_count(v) for v in items):
         raise UsageError(f"--tree-budget {given!r}: expected a comma-separated list of draft-node budgets, "
                          "0 or more", "for example --tree-budget 8,16,22,32 (the chain, budget 0, is always added)")
     return list(dict.fromkeys([0] + [int(v) if int(v) > 1 else 0 for v in items]))
@@ -153,7 +153,7 @@ def draft_length(recipe: recipes.Recipe, overrides: Overrides, models_dir: Path)
     drafter's block less one."""
     most = recipe.geometry_at("full").drafter.block_size - 1
     given = command.option(dict(flags(recipe, DFLASH, overrides, models_dir).flags), "--draft-max")
-    return min(int(given), most) if str(given).isdigit() else most
+    return min(int(given), most) if command.is_count(str(given)) else most
 
 
 def check_synthetic_lengths(lengths: Sequence[float], n_max: int) -> None:

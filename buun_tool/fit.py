@@ -118,7 +118,7 @@ def _int_flag(flags: Mapping[str, Any], name: str) -> int | None:
     value = command.option(flags, name)
     if value is None or value is True or str(value) == FIT:
         return None
-    if not str(value).isdigit():
+    if not command.is_count(str(value)):
         raise UsageError(f"{name} {value}: expected a whole number",
                          f"give {name} a number of tokens (or slots, for -np)")
     return int(value)
@@ -498,7 +498,7 @@ def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: 
         if given is True:  # `-- -c` with no number after it
             raise UsageError("-c without a value: expected a number of tokens",
                              "such as `-- -c 16384`, or leave it out for the largest context that fits")
-        if not str(given).isdigit():
+        if not command.is_count(str(given)):
             raise UsageError(f"-c {given}: expected a number of tokens, or `fit` in a recipe")
         return ContextChoice(int(given), "set on the command line" if from_command_line
                              else f"pinned by the recipe ({Path(str(recipe.source)).name})")

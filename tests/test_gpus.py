@@ -219,6 +219,9 @@ class TestRefusals:
     @pytest.mark.parametrize(("args", "message"), [
         (["--gpus", "0,0"], "--gpus 0,0: card 0 is listed twice"),
         (["--gpus", "0,x"], "--gpus 0,x: expected nvidia-smi card indices separated by commas"),
+        # a digit to str.isdigit() that int() refuses: it was a ValueError traceback
+        (["--gpus", "0,\u00b2"], "--gpus 0,\u00b2: expected nvidia-smi card indices separated by commas"),
+        (["--", "-np", "\u00b2"], "-np \u00b2: expected a whole number"),
         (["--gpus", "0,2"], "--gpus 0,2: nvidia-smi lists no card 2 (cards here: 0 (NVIDIA GeForce RTX 3090), "
                             "1 (NVIDIA GeForce RTX 4090))"),
         (["--gpus", "0,1", "--draft-gpu", "2"], "--draft-gpu 2: not one of the cards the server runs on"),

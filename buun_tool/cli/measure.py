@@ -326,8 +326,7 @@ def _workers(value: str, recipe: recipes.Recipe, where: devices.Placement | None
 def _levels(value: str) -> list[int]:
     """--concurrency 2,4: requests at once, each level servers of that many slots."""
     items = [v.strip() for v in value.split(",") if v.strip()]
-    # ASCII digits: "²" passes str.isdigit(), and int() refuses it
-    if not items or not all(v.isascii() and v.isdigit() and 1 <= int(v) <= recipes.MAX_SLOTS for v in items):
+    if not items or not all(command.is_count(v) and 1 <= int(v) <= recipes.MAX_SLOTS for v in items):
         raise UsageError(f"--concurrency {value!r}: expected a comma-separated list of request counts, "
                          f"1 to {recipes.MAX_SLOTS}", "for example --concurrency 4, or --concurrency 2,4,8")
     return [int(v) for v in items]

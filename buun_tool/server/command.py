@@ -123,6 +123,11 @@ def take_models(flags: Sequence[Flag]) -> tuple[str, str | None, list[Flag]]:
     return models["-m"], models.get("-md"), [f for f in flags if canonical(f[0]) not in ("-m", "-md")]
 
 
+def is_count(text: str) -> bool:
+    """ASCII digits only: a count int() reads (str.isdigit() also holds for '²', which int() refuses)."""
+    return text.isascii() and text.isdigit()
+
+
 def looks_like_flag(token: str) -> bool:
     """A word llama-server reads as an option, not a value: `-c`, `--jinja`, not `-1` or `-0.5`."""
     return token.startswith("-") and not re.fullmatch(r"-\d[\d.eE+-]*", token)

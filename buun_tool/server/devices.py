@@ -31,7 +31,7 @@ UNKNOWN_GIB = 24.0  # a card's memory when nvidia-smi is not there to say (--pri
 def parse_gpus(value: str, option: str = "--gpus") -> tuple[int, ...]:
     """`0,1` -> (0, 1): nvidia-smi indices, each once."""
     items = [v.strip() for v in value.split(",")]
-    if not items or not all(v.isdigit() for v in items):
+    if not items or not all(command.is_count(v) for v in items):
         raise UsageError(f"{option} {value}: expected nvidia-smi card indices separated by commas",
                          "for example --gpus 0,1 (`nvidia-smi -L` lists the cards)")
     gpus = tuple(int(v) for v in items)

@@ -10,13 +10,15 @@ import threading
 from collections import deque
 from typing import Any
 
+from buun_tool.server.command import is_count
+
 
 def parse_apps(text: str) -> dict[int, int]:
     """`nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits` -> {pid: MiB}."""
     out: dict[int, int] = {}
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+        if len(parts) == 2 and is_count(parts[0]) and is_count(parts[1]):
             out[int(parts[0])] = out.get(int(parts[0]), 0) + int(parts[1])
     return out
 
@@ -26,7 +28,7 @@ def parse_gpus(text: str) -> list[dict[str, int]]:
     gpus = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 3 and all(p.isdigit() for p in parts):
+        if len(parts) == 3 and all(is_count(p) for p in parts):
             gpus.append({"index": int(parts[0]), "used_mib": int(parts[1]), "total_mib": int(parts[2])})
     return gpus
 
@@ -65,12 +67,12 @@ def parse_bus_apps(apps: str, cards: str) -> dict[int, dict[int, int]]:
     index = {}
     for line in cards.splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 2 and parts[0].isdigit():
+        if len(parts) == 2 and is_count(parts[0]):
             index[parts[1].lower()] = int(parts[0])
     out: dict[int, dict[int, int]] = {}
     for line in apps.splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 3 and parts[0].isdigit() and parts[2].isdigit() and parts[1].lower() in index:
+        if len(parts) == 3 and is_count(parts[0]) and is_count(parts[2]) and parts[1].lower() in index:
             per = out.setdefault(int(parts[0]), {})
             card = index[parts[1].lower()]
             per[card] = per.get(card, 0) + int(parts[2])

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from buun_tool.fsutil import open_private, private_dir
+from buun_tool.server.command import is_count
 
 DEFAULT_MAX_BYTES = 10 * 2**20
 DEFAULT_KEEP = 3
@@ -124,7 +125,7 @@ class RotatingLog:
 
 def rotated(path: Path) -> list[Path]:
     """The log and its rotated files, oldest first."""
-    numbered = [(int(p.suffix[1:]), p) for p in path.parent.glob(f"{path.name}.*") if p.suffix[1:].isdigit()]
+    numbered = [(int(p.suffix[1:]), p) for p in path.parent.glob(f"{path.name}.*") if is_count(p.suffix[1:])]
     return [p for _, p in sorted(numbered, reverse=True)] + ([path] if path.exists() else [])
 
 

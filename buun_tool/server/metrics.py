@@ -13,6 +13,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from buun_tool.server.command import is_count
+
 PREFIX = "llamacpp:"
 DRAFT_TOKENS = PREFIX + "spec_decode_num_draft_tokens_total"
 ACCEPTED = PREFIX + "spec_decode_num_accepted_tokens_total"
@@ -86,8 +88,7 @@ def dflash_stats(samples: dict[str, dict[Labels, float]]) -> DFlashStats | None:
     per_pos: dict[int, int] = {}
     for labels, value in (samples.get(PER_POS) or {}).items():
         pos, count = dict(labels).get("position"), _count(value)
-        # ASCII digits: str.isdigit() holds for "²" too, which int() refuses
-        if pos is not None and pos.isascii() and pos.isdigit() and int(pos) < MAX_POSITIONS and count is not None:
+        if pos is not None and is_count(pos) and int(pos) < MAX_POSITIONS and count is not None:
             per_pos[int(pos)] = count
     per_pos_list = [per_pos.get(i, 0) for i in range(max(per_pos) + 1)] if per_pos else []
     tokens, seconds = _count(_scalar(samples, PREDICTED)), _scalar(samples, PREDICTED_SECONDS)

@@ -371,14 +371,14 @@ def _set_flag(flags: list[Flag], canonical_name: str, value: int) -> list[Flag]:
 
 
 def _slots_flag(value: str | None) -> int:
-    if value is None or not value.isdigit():
+    if value is None or not command.is_count(value):
         shown = "-np" + (f" {value}" if value is not None else " without a value")
         raise UsageError(f"{shown}: expected a number of slots", f"1 to {recipes.MAX_SLOTS}; `buun serve --slots N`")
     return int(value)
 
 
 def _budget_flag(value: str | None) -> int:
-    if value is None or not value.isdigit():
+    if value is None or not command.is_count(value):
         shown = "--spec-tree-budget" + (f" {value}" if value is not None else " without a value")
         raise UsageError(f"{shown}: expected a whole number of draft nodes, 0 or more", fit.TREE_BUDGET_HINT)
     return int(value)
