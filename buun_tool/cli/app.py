@@ -99,7 +99,7 @@ def _register_all() -> None:
     from buun_tool.cli import foundation
 
     foundation.register(app)
-    for name in ("models", "server", "worker", "measure", "setup_cmd"):
+    for name in ("models", "server", "worker", "measure", "fit_cmd", "setup_cmd"):
         try:
             module = __import__(f"buun_tool.cli.{name}", fromlist=["register"])
         except ModuleNotFoundError as exc:  # a group not written yet

@@ -12,10 +12,14 @@ from typing import Annotated
 
 import typer
 
-from buun_tool import console
+from buun_tool import build, console
 from buun_tool.errors import UsageError
 from buun_tool.server import logfile
 
+ScaleOpt = Annotated[str | None, typer.Option(
+    "--scale", help="full: the real geometry; tiny: the recipe's CPU-test shrink (default: full with a GPU).",
+    show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file (default: qwen3.5-27b-dflash).",
                                                  show_default=False)]
 
@@ -51,3 +55,12 @@ def show_log(path: Path, owner: str, lines: int, follow: bool) -> None:
                 console.out.print(console.printable(line), markup=False, highlight=False)
         except KeyboardInterrupt:
             pass
+
+
+def default_scale(scale: str | None) -> str:
+    """--scale of the synthetic models: full (the real geometry) where a GPU runs them, else tiny."""
+    if scale is None:
+        return "full" if build.detect_gpus() else "tiny"
+    if scale not in ("full", "tiny"):
+        raise UsageError(f"--scale {scale!r}: expected full or tiny")
+    return scale
