@@ -28,21 +28,37 @@ def write_json_atomic(path: Path, data: Any, private: bool = False) -> None:
 
 def write_atomic(path: Path, data: bytes, private: bool = False) -> None:
     """write_json_atomic's way for any bytes. A link at `path` is replaced, never written through:
-    a folder someone sent may hold a report.html that points at one of the reader's files."""
+    a folder someone sent may hold a report.html that points at one of the reader's files. The
+    bytes reach the disk before the rename, and the rename before the return: after a power cut a
+    service's launch (service.json) is the old one or the new one, not an empty file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if private:
-            with open_private(tmp, append=False) as f:
-                f.write(data)
-        else:
-            tmp.write_bytes(data)
+        with open_private(tmp, append=False) if private else open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
+        _sync_dir(path.parent)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError) and exc.errno in DISK_FULL:
             raise disk_full(exc, f"write {path}") from exc
         raise
+
+
+def _sync_dir(folder: Path) -> None:
+    """The folder's entries to disk (a rename is one); where a file system cannot, nothing."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 # A server's state, spec and logs name its models, flags and requests: only their owner reads them.

@@ -96,16 +96,10 @@ def _root(
 
 
 def _register_all() -> None:
-    from buun_tool.cli import foundation
+    """Each command group registers its commands, in the order --help lists them."""
+    from buun_tool.cli import fit_cmd, foundation, measure, models, server, setup_cmd, worker
 
-    foundation.register(app)
-    for name in ("models", "server", "worker", "measure", "fit_cmd", "setup_cmd"):
-        try:
-            module = __import__(f"buun_tool.cli.{name}", fromlist=["register"])
-        except ModuleNotFoundError as exc:  # a group not written yet
-            if exc.name != f"buun_tool.cli.{name}":
-                raise
-            continue
+    for module in (foundation, models, server, worker, measure, fit_cmd, setup_cmd):
         module.register(app)
 
 
