@@ -55,13 +55,19 @@ class BuunError(Exception):
         return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
 
 
-# errno values that mean "no room left": the disk, or the user's quota on it
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+# errno values that mean "no room left": the disk, the user's quota on it, or a file past the size
+# the file system (FAT32: 4 GiB) or `ulimit -f` allows (Python ignores SIGXFSZ, so a write gets EFBIG)
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def disk_full(exc: OSError, what: str | None = None) -> BuunError:
     """The error for a write that found the disk full (anywhere: records, logs, downloads)."""
     where = what or (f"write {exc.filename}" if exc.filename else "finish writing")
+    if exc.errno == errno.EFBIG:
+        return BuunError(f"could not {where}: the file grew past the largest one this file system or the "
+                         "file-size limit (`ulimit -f`) allows",
+                         "write it to another file system (FAT32 holds 4 GiB a file at most) or raise the limit, "
+                         "then run the same command again: nothing half-written was left behind", Exit.DISK)
     return BuunError(f"the disk is full: could not {where} ({exc.strerror or 'no space left on device'})",
                      "free some space (`df -h` shows where) and run the same command again: finished work is "
                      "kept and nothing half-written was left behind", Exit.DISK)

@@ -33,7 +33,7 @@ import gguf
 import numpy as np
 
 from buun_tool import console, gguf_tools
-from buun_tool.errors import BuunError, Exit, UsageError
+from buun_tool.errors import DISK_FULL, BuunError, Exit, UsageError, disk_full
 from buun_tool.recipes import SPECIAL_TOKENS, DrafterGeometry, Recipe, TargetGeometry
 
 QT = gguf.GGMLQuantizationType
@@ -550,17 +550,24 @@ def write_model(plan: ModelPlan, path: Path, seed: tuple[int, ...],
     """Write one GGUF atomically (via a .partial file); returns its size in bytes."""
     rng = np.random.default_rng(list(seed))
     tmp = path.with_name(f"{path.name}.{os.getpid()}.partial")  # concurrent writers never share one
-    align = _write_header(plan, tmp)
-    pools = _Pools(rng, _Pools.sizes_for(plan.tensors, POOL_CAP))
-    with open(tmp, "r+b") as f:
-        f.seek(0, os.SEEK_END)
-        f.write(bytes(_pad(f.tell(), align) - f.tell()))
-        for t in plan.tensors:
-            _write_tensor(f, t, pools, rng)
-            f.write(bytes(_pad(t.nbytes, align) - t.nbytes))
-            if on_bytes:
-                on_bytes(_pad(t.nbytes, align))
-    os.replace(tmp, path)
+    try:
+        align = _write_header(plan, tmp)
+        pools = _Pools(rng, _Pools.sizes_for(plan.tensors, POOL_CAP))
+        with open(tmp, "r+b") as f:
+            f.seek(0, os.SEEK_END)
+            f.write(bytes(_pad(f.tell(), align) - f.tell()))
+            for t in plan.tensors:
+                _write_tensor(f, t, pools, rng)
+                f.write(bytes(_pad(t.nbytes, align) - t.nbytes))
+                if on_bytes:
+                    on_bytes(_pad(t.nbytes, align))
+        os.replace(tmp, path)
+    except BaseException as exc:
+        # a full disk or Ctrl-C midway left gigabytes of .partial behind, and each new attempt one more
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL:
+            raise disk_full(exc, f"write {path}") from exc
+        raise
     return path.stat().st_size
 
 
@@ -586,6 +593,8 @@ def plan_pair(recipe: Recipe, scale: str = "tiny", target_type: str = "q4_k_m", 
         raise UsageError(f"unknown target type {target_type!r}", f"valid: {', '.join(TARGET_TYPES)}")
     if draft_type not in DRAFT_TYPES:
         raise UsageError(f"unknown draft type {draft_type!r}", f"valid: {', '.join(DRAFT_TYPES)}")
+    if seed < 0:  # numpy's seed sequence takes no negative number: a ValueError traceback midway
+        raise UsageError(f"--seed {seed}: expected 0 or more")
     geo = recipe.geometry_at(scale)
     tgeo, dgeo = geo.target, geo.drafter
     vocab = build_vocab(tgeo.vocab_size, tgeo.eos_token_id, dgeo.mask_token_id)

@@ -209,6 +209,28 @@ def test_an_out_that_is_a_file_is_a_clear_error(tmp_path: Path) -> None:
     assert f.read_text() == "mine"
 
 
+def test_a_negative_seed_is_a_usage_error(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["synth", "--scale", "tiny", "--out", str(tmp_path), "--seed", "-1"])
+    assert res.exit_code == 2 and "--seed -1: expected 0 or more" in res.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_write_past_the_file_size_limit_leaves_no_partial_file(tmp_path: Path) -> None:
+    """`ulimit -f` (or FAT32's 4 GiB) stops the target midway: one line and exit 7, and no
+    gigabytes of .partial left behind for each attempt."""
+    import resource
+    import sys
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8 << 20, 8 << 20))
+
+    res = subprocess.run([sys.executable, "-m", "buun_tool", "synth", "--scale", "tiny", "--out", str(tmp_path)],
+                         preexec_fn=limit, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 7, res.stderr
+    assert "Traceback" not in res.stderr and "file-size limit (`ulimit -f`)" in " ".join(res.stderr.split())
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_is_synthetic_tells_buun_synths_models(tiny_pair: tuple[Path, Path], tiny_models_built: TinyModels,
                                                 tmp_path: Path) -> None:
     """What `buun bench --tree-budget` feigns acceptance for: random weights buun synth wrote."""
