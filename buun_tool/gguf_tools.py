@@ -42,7 +42,7 @@ from gguf import (
     LlamaFileType,
 )
 
-from buun_tool.errors import UsageError
+from buun_tool.errors import DISK_FULL, UsageError, disk_full
 
 FORK_ARCH = "dflash-draft"
 UPSTREAM_ARCH = "dflash"
@@ -153,8 +153,10 @@ class GgufFile:
         self.path = Path(path)
         if self.path.is_dir():  # there, but not a file: "does not exist" would send the user looking for it
             raise UsageError(f"{path} is a folder, not a GGUF file", "pass the path of a .gguf file in it")
-        if not self.path.is_file():
+        if not self.path.exists():
             raise UsageError(f"{path} does not exist")
+        if not self.path.is_file():  # a device or a pipe: opening a FIFO would wait for a writer forever
+            raise UsageError(f"{path} is a device or a pipe, not a GGUF file", "pass the path of a .gguf file")
         self._fh = open(self.path, "rb")
         try:
             self._buf = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ)
@@ -179,6 +181,8 @@ class GgufFile:
 
     def _parse(self) -> None:
         buf = self._buf
+        if len(buf) < 24:
+            raise ValueError(f"{len(buf)} bytes, shorter than a GGUF header")
         magic, self.version, n_tensors, n_kv = struct.unpack_from("<IIQQ", buf, 0)
         if magic != GGUF_MAGIC:
             raise ValueError("bad magic (not a GGUF file, or a big-endian one)")
@@ -315,7 +319,7 @@ def _string(s: str) -> bytes:
 def write_gguf(dst: Path, kvs: list[tuple[str, bytes]], tensors: list[tuple[str, GgufFile, TensorInfo]],
                alignment: int = GGUF_DEFAULT_ALIGNMENT) -> None:
     """Write a GGUF (v3) from encoded key/values and tensors copied out of open files, under a
-    temporary name renamed into place at the end."""
+    temporary name renamed into place at the end, once its bytes are on the disk."""
     dst = Path(dst)
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.partial")
     try:
@@ -333,7 +337,13 @@ def write_gguf(dst: Path, kvs: list[tuple[str, bytes]], tensors: list[tuple[str,
                 for chunk in src.tensor_bytes(t):
                     out.write(chunk)
                 out.write(b"\0" * (-t.nbytes % alignment))
+            out.flush()
+            os.fsync(out.fileno())
         os.replace(tmp, dst)
+    except OSError as exc:
+        if exc.errno in DISK_FULL:  # the write's error names no file: say which one did not fit
+            raise disk_full(exc, f"write {dst}") from exc
+        raise
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -497,14 +507,29 @@ def _check_geometry(src: GgufFile, target: GgufFile | None) -> None:
             raise UsageError(f"the drafter taps layers {ids}, the target has {t_layers}")
 
 
+def _check_output(src: Path, dst: Path, target: Path | None, force: bool) -> None:
+    """OUT is a new file in a folder that exists: OUT swapped with --target replaced a 16 GB target
+    with the drafter, and a folder or a missing one was named by the temporary file's name."""
+    if dst.resolve() == src.resolve():
+        raise UsageError("the output must be a new file, not the input")
+    if target is not None and dst.resolve() == target.resolve():
+        raise UsageError(f"the output {dst} is the --target file", "give the output another name")
+    if dst.is_dir():
+        raise UsageError(f"the output {dst} is a folder", f"give a file's path, e.g. {dst / 'drafter.gguf'}")
+    if not dst.parent.is_dir():
+        raise UsageError(f"the output's folder {dst.parent} does not exist", "create it, or give another path")
+    if dst.exists() and not force:
+        raise UsageError(f"the output {dst} exists", "give another path, or pass --force to replace it")
+
+
 def migrate(src_path: Path, dst_path: Path, target_path: Path | None = None,
-            mrope: bool | None = None) -> dict[str, Any]:
+            mrope: bool | None = None, force: bool = False) -> dict[str, Any]:
     """Write `dst_path`: the fork-format drafter `src_path` in upstream's DFlash format.
 
     `target_path` (the target GGUF) gives the vocabulary when the fork file has none, tells
-    whether the target uses M-RoPE and checks the pair; `mrope` decides the latter by hand."""
-    if Path(dst_path).resolve() == Path(src_path).resolve():
-        raise UsageError("the output must be a new file, not the input")
+    whether the target uses M-RoPE and checks the pair; `mrope` decides the latter by hand.
+    An existing `dst_path` is replaced only with `force`."""
+    _check_output(Path(src_path), Path(dst_path), target_path and Path(target_path), force)
     with GgufFile(src_path) as src:
         arch = src.architecture
         if arch == UPSTREAM_ARCH:

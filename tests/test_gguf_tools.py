@@ -209,6 +209,22 @@ class TestInspect:
         res = CliRunner().invoke(app, ["gguf", "inspect", str(tmp_path / "none.gguf")])
         assert res.exit_code == Exit.USAGE and "does not exist" in " ".join(res.output.split())
 
+    def test_cli_a_device_or_a_pipe(self, tmp_path: Path):
+        """Neither "does not exist" (it does) nor a read of a FIFO that waits for a writer forever."""
+        import os
+
+        fifo = tmp_path / "pipe.gguf"
+        os.mkfifo(fifo)
+        for path in (Path("/dev/null"), fifo):
+            res = CliRunner().invoke(app, ["gguf", "inspect", str(path)])
+            assert res.exit_code == Exit.USAGE and f"{path} is a device or a pipe, not a GGUF file" in res.output
+
+    def test_cli_a_file_shorter_than_a_header(self, tmp_path: Path):
+        short = tmp_path / "short.gguf"
+        short.write_bytes(b"GGUF\x03")
+        res = CliRunner().invoke(app, ["gguf", "inspect", str(short)])
+        assert res.exit_code == Exit.USAGE and "5 bytes, shorter than a GGUF header" in res.output
+
     def test_cli_a_folder(self, tmp_path: Path):
         """A folder is not "a file that does not exist"."""
         res = CliRunner().invoke(app, ["gguf", "inspect", str(tmp_path)])
@@ -387,6 +403,52 @@ class TestMigrate:
         assert json.loads(res.stdout)["tensors"] == 25 and out.is_file()
         res = CliRunner().invoke(app, ["gguf", "migrate", str(out), str(tmp_path / "again.gguf")])
         assert res.exit_code == Exit.USAGE and "already in upstream's format" in " ".join(res.output.split())
+
+    def test_cli_refuses_an_output_it_would_lose_or_misname(self, tiny_models_built: TinyModels, fork_file: Path,
+                                                            tmp_path: Path):
+        """OUT the --target file (a swapped argument replaced the target with the drafter), an existing
+        file (replaced silently), a folder or one in a missing folder (named by the temporary file)."""
+        target = tmp_path / "target.gguf"
+        target.write_bytes(tiny_models_built.target_gguf.read_bytes())
+        before = target.read_bytes()
+        mine = tmp_path / "mine.gguf"
+        mine.write_text("keep me")
+
+        def migrate(out: Path, *more: str) -> tuple[int, str]:
+            res = CliRunner().invoke(app, ["gguf", "migrate", str(fork_file), str(out), "--target", str(target),
+                                           *more])
+            return res.exit_code, " ".join(res.output.split())
+
+        assert migrate(target) == (Exit.USAGE, f"error: the output {target} is the --target file "
+                                               "hint: give the output another name")
+        assert target.read_bytes() == before
+        code, text = migrate(mine)
+        assert code == Exit.USAGE and "exists" in text and "--force" in text and mine.read_text() == "keep me"
+        code, text = migrate(tmp_path)
+        assert code == Exit.USAGE and f"the output {tmp_path} is a folder" in text
+        code, text = migrate(tmp_path / "none" / "o.gguf")
+        assert code == Exit.USAGE and f"the output's folder {tmp_path / 'none'} does not exist" in text
+        assert migrate(mine, "--force")[0] == 0 and mine.read_bytes()[:4] == b"GGUF"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["fork.gguf", "mine.gguf", "target.gguf"]
+
+    def test_cli_a_write_past_the_file_size_limit(self, tiny_models_built: TinyModels, fork_file: Path,
+                                                  tmp_path: Path):
+        """`ulimit -f` or FAT32's 4 GiB: exit 7 naming OUT and the limit, no traceback, nothing left."""
+        import resource
+        import subprocess
+        import sys
+
+        def limit() -> None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+        out = tmp_path / "out" / "m.gguf"
+        out.parent.mkdir()
+        res = subprocess.run([sys.executable, "-m", "buun_tool", "gguf", "migrate", str(fork_file), str(out),
+                              "--target", str(tiny_models_built.target_gguf)],
+                             preexec_fn=limit, capture_output=True, text=True, timeout=60)
+        assert res.returncode == Exit.DISK and "Traceback" not in res.stderr, res.stderr
+        assert f"could not write {out}: the file grew past" in " ".join(res.stderr.split())
+        assert list(out.parent.iterdir()) == []
 
     @pytest.mark.slow
     def test_migrated_drafter_runs_in_llama_server(self, llama_bin: Path, tiny_models_built: TinyModels,

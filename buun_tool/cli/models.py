@@ -5,7 +5,7 @@
     buun convert [RECIPE] [--force]        drafter -> BF16/F16 GGUF -> the recipe's quant, verified
     buun recipes                           list the recipes (name, description, file)
     buun gguf inspect FILE                 architecture, hyperparameters, tensors by type
-    buun gguf migrate IN OUT [--target T]  a buun-fork drafter GGUF -> upstream's DFlash format
+    buun gguf migrate IN OUT [--target T] [--force]  a buun-fork drafter GGUF -> upstream's DFlash format
 
 RECIPE is a recipe name (see `buun recipes`) or the path of a recipe YAML file. Every command
 takes --models-dir (default: BUUN_MODELS_DIR or ~/.local/share/buun/models) and --json.
@@ -169,12 +169,13 @@ def gguf_migrate(
     mrope: Annotated[bool | None, typer.Option(
         "--mrope/--no-mrope", help="Whether the target uses M-RoPE (default: read from --target).",
         show_default=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Rewrite a buun-fork drafter GGUF in the format the pinned upstream llama.cpp loads."""
     from buun_tool import gguf_tools
 
-    report = gguf_tools.migrate(src, dst, target, mrope)
+    report = gguf_tools.migrate(src, dst, target, mrope, force)
     if json_out:
         console.print_json(report)
     else:
