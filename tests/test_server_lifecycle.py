@@ -114,6 +114,15 @@ def test_a_stale_build_serves_with_a_warning(buun: Buun, llama_bin: Path, tmp_pa
     assert_none_left(buun)
 
 
+def test_a_host_of_another_machine_is_named(buun: Buun) -> None:
+    """An address no interface here has is not "a port in use by another program"."""
+    r = buun.start("far", free_port(), "--host", "10.255.254.253", "--no-api-key", check=False)
+    assert r.returncode == 2, r.stderr
+    text = " ".join(r.stderr.split())
+    assert "--host 10.255.254.253 is not an address of this machine" in text and "in use" not in text
+    assert_none_left(buun)
+
+
 def test_port_in_use_names_the_holder(buun: Buun) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -82,6 +82,16 @@ def test_a_taken_port_is_named(buun: Buun) -> None:
     assert_none_left(buun)
 
 
+def test_a_host_of_another_machine_is_named(buun: Buun) -> None:
+    """An address no interface here has (a typo, the server's address) is not "in use by another
+    program": that sent the user looking for a process that does not exist."""
+    r = buun("worker", "start", "--host", "10.255.254.253", "--port", str(free_port()))
+    assert r.returncode == 2, r.stderr
+    assert "--host 10.255.254.253 is not an address of this machine" in flat(r.stderr)
+    assert "in use" not in r.stderr and "ip -4 addr" in flat(r.stderr)
+    assert_none_left(buun)
+
+
 def test_an_unknown_device_is_named(buun: Buun) -> None:
     r = buun("worker", "start", "--port", str(free_port()), "--device", "NOPE0")
     assert r.returncode == 2, r.stderr

@@ -57,6 +57,9 @@ def _kind(inst: Instance) -> str:
 
 
 def check_port(spec: LaunchSpec) -> None:
+    if not process.is_local_address(spec.host):  # port_free would say "in use by another program"
+        raise UsageError(f"--host {spec.host} is not an address of this machine",
+                         "bind one of its own (`ip -4 addr` lists them), 127.0.0.1, or 0.0.0.0 for all of them")
     if not process.port_free(spec.host, spec.port):
         holder = process.port_holder(spec.port)
         owner = _instance_on_port(spec.port, holder.pid if holder else None)

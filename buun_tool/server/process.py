@@ -10,6 +10,7 @@ the *thread* that forked, so only the supervisor's main thread launches servers.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import signal
 import socket
@@ -158,6 +159,23 @@ def port_free(host: str, port: int) -> bool:
                 s.bind(addr)
             except OSError:
                 return False
+    return True
+
+
+def is_local_address(host: str) -> bool:
+    """False when no interface of this machine has `host` (binding it fails with EADDRNOTAVAIL,
+    which port_free reads as a port in use); True when it is one, or cannot be told."""
+    try:
+        infos = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return True  # the server reports the bad host itself
+    for family, kind, proto, _, addr in infos:
+        with socket.socket(family, kind, proto) as s:
+            try:
+                s.bind(addr)
+            except OSError as exc:
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    return False
     return True
 
 

@@ -214,6 +214,9 @@ def launch(spec: WorkerSpec, *, wait: bool = True, progress: control.Progress | 
 
 
 def _check_port(spec: WorkerSpec) -> None:
+    if not process.is_local_address(spec.host):  # port_free would say "in use by another program"
+        raise UsageError(f"--host {spec.host} is not an address of this machine",
+                         "bind one of its own (`ip -4 addr` lists them), or 127.0.0.1 and an SSH tunnel")
     if process.port_free(spec.host, spec.port):
         return
     owner = next((w.name for w in all_workers() if (r := w.read()) and r.port == spec.port and r.state.running), None)
