@@ -4,6 +4,7 @@ The real workers are in tests/test_worker.py and tests/test_rpc_serve.py."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -191,6 +192,34 @@ class TestCommand:
         assert r.returncode == 3, r.stderr
         assert f"worker 127.0.0.1:{port} is not reachable" in flat(r.stderr)
         assert f"buun worker start --port {port}" in flat(r.stderr)
+
+    def test_a_worker_address_that_speaks_something_else(self, llama_bin: Path, tiny_files: tuple[Path, Path],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+        """Another program on the worker's port (a web server): the real llama-server aborts in
+        ggml-rpc, and the error was the last lines of gdb's backtrace ("wait4.c: No such file")."""
+        import threading
+
+        monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(llama_bin))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            port = s.getsockname()[1]
+
+            def answer() -> None:
+                with contextlib.suppress(OSError):
+                    while True:
+                        c, _ = s.accept()
+                        with c:
+                            c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+            threading.Thread(target=answer, daemon=True).start()
+            target, draft = tiny_files
+            r = buun("start", "--model", str(target), "--draft", str(draft), "--rpc", f"127.0.0.1:{port}")
+        assert r.returncode == 3, r.stderr
+        text = flat(r.stderr)
+        assert f"answers, but not as ggml-rpc-server does (another program on its port, or a worker that crashed) " \
+            f"(--rpc 127.0.0.1:{port})" in text and "`buun worker status`" in text
+        assert "wait4" not in text and "Traceback" not in text
 
     def test_bench_asks_the_workers_before_anything(self, fake_bin: Path, tmp_path: Path) -> None:
         port = free_port()

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import psutil
 
 from buun_tool.errors import NotReadyError, UsageError
-from buun_tool.server import command
+from buun_tool.server import command, loglines
 from buun_tool.server.command import Flag
 
 DEFAULT_PORT = 50052  # ggml-rpc-server's own default
@@ -155,6 +155,10 @@ def list_devices(binary: str, endpoints: Sequence[Endpoint], env: dict[str, str]
         if m:
             devices.append(Device(m[1], m[2] if RPC_DEVICE.fullmatch(m[1]) else "local"))
     if out.returncode != 0 or not any(RPC_DEVICE.fullmatch(d.name) for d in devices):
+        # a known cause first: ggml-rpc aborts, and the last lines are then gdb's backtrace
+        known = loglines.diagnose((out.stdout + out.stderr).splitlines())
+        if known is not None and known.kind == "rpc":
+            raise NotReadyError(f"{known.message} (--rpc {join(endpoints)})", known.hint)
         tail = " ".join((out.stdout + out.stderr).strip().splitlines()[-3:])
         raise NotReadyError(f"llama-server could not list the workers' devices ({join(endpoints)}): {tail}",
                             "check that every worker runs `buun worker start` of this buun version")
