@@ -278,3 +278,21 @@ def test_the_tree_budget_and_the_slots_reach_the_unit(unit_env: dict, option: st
     r = install(unit_env, "--name", "u", option, bad)  # refused before a unit is written
     assert r.exit_code == 2 and refusal in " ".join(r.stderr.split())
     assert not (unit_env["dir"] / "buun-u.service").exists()
+
+
+def test_a_recipes_api_key_is_refused_not_dropped(unit_env: dict, tmp_path: Path) -> None:
+    """A recipe's `--api-key` cannot reach the unit either: the install was accepted (the key
+    passed the exposure check) and the unit then served without it, or failed at every start."""
+    import yaml
+
+    from buun_tool import recipes
+    data = yaml.safe_load(recipes.load().source.read_text())
+    data["server"]["flags"]["--api-key"] = "sekrit"
+    keyed = tmp_path / "keyed.yaml"
+    keyed.write_text(yaml.safe_dump(data, sort_keys=False))
+    for host in ("0.0.0.0", "127.0.0.1"):
+        r = install(unit_env, str(keyed), "--name", "k", "--host", host)
+        assert r.exit_code == 2, r.output
+        assert "--api-key-file" in " ".join(r.stderr.split()) and "sekrit" not in r.output
+        assert not (unit_env["dir"] / "buun-k.service").exists() and not Instance("k").service_spec_file.exists()
+    assert install(unit_env, str(keyed), "--name", "k", "--drop", "--api-key").exit_code == 0  # the hint's way out

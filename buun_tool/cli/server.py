@@ -298,8 +298,13 @@ def service_install(
                          "put an API key in a file (mode 600) and pass `-- --api-key-file FILE`")
     if os.environ.get(spec_mod.API_KEY_ENV):
         console.warn(f"the unit does not get {spec_mod.API_KEY_ENV}; for an API key pass `-- --api-key-file FILE`")
-    spec, key = opts.resolve()  # the key the unit will have: only the recipe's (--api-key-file)
-    spec_mod.check_exposure(spec, key)
+    spec, key = opts.resolve()
+    if key:  # the recipe's --api-key: the unit would serve without it (or, beyond loopback, never start)
+        raise UsageError(f"the recipe {spec.recipe_source} sets --api-key, which cannot reach the unit: "
+                         "it keeps no secret",
+                         "put the key in a file (mode 600) and pass `-- --api-key-file FILE` "
+                         "(`--drop --api-key` leaves the recipe's out)")
+    spec_mod.check_exposure(spec, None)  # the unit's key is an --api-key-file among the flags, if any
     spec.check_files()
     path = service.install(spec, force)
     console.ok(f"wrote {path} (it runs the launch saved in {Instance(spec.name).service_spec_file})")
