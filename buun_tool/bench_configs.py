@@ -238,8 +238,13 @@ def common(ctx: int = DEFAULT_CTX, draft_max: int | None = None, host_sampling: 
     sets: list[Flag] = [("-c", str(ctx))]
     if draft_max is not None:
         sets.append(("--draft-max", str(draft_max)))
-    return Overrides(tuple(sets + command.parse_args(list(server_args))),
-                     ("--backend-sampling",) if host_sampling else ())
+    given = command.parse_args(list(server_args))
+    secret = [name for name, _ in given if command.canonical(name) in command.SECRET_FLAGS]
+    if secret:  # bench.json records the overrides, and the bench's servers would not get them anyway
+        raise UsageError(f"--server-args: {', '.join(secret)} takes a secret, which the bench would write into "
+                         "bench.json", "leave it out: the bench's servers are its own, on loopback, with models "
+                         "from files (no API key or Hub token needed)")
+    return Overrides(tuple(sets + given), ("--backend-sampling",) if host_sampling else ())
 
 
 @dataclass(frozen=True)

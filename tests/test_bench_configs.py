@@ -108,3 +108,14 @@ class TestArgv:
         keys = {command.canonical(t) for t in got if t.startswith("-")}
         assert "-md" not in keys and not keys & set(bench_configs.DRAFT_OPTIONS)
         assert {"-c", "-ngl", "-np", "-fa", "-b", "-ub", "--jinja", "-bs", "--metrics"} <= keys  # the rest as served
+
+
+def test_a_secret_in_server_args_is_refused_before_bench_json_records_it(tmp_path: Path) -> None:
+    """--server-args are written into bench.json (options.overrides), so a key or token among them
+    was stored in the clear, for a server that never got it (secrets are taken out of its argv)."""
+    for args in ("--api-key sekrit", "--api-key=sekrit", "--hf-token sekrit", "-nr -hft sekrit"):
+        r = CliRunner().invoke(app, ["bench", "--url", "http://127.0.0.1:9", "--prompts", "1",
+                                     "--server-args", args, "--out", str(tmp_path)])
+        assert r.exit_code == 2, r.output
+        assert "takes a secret" in " ".join(r.stderr.split()) and "sekrit" not in r.output
+        assert not (tmp_path / "bench.json").exists()
