@@ -100,3 +100,13 @@ def test_a_server_that_trickles_its_stream_is_given_up_on(tmp_path: Path) -> Non
             bench.send(url, prompt, "raw", 4, seed=1, timeout=1.5)
         assert time.monotonic() - start < 3
     assert bench.request_timeout(256) == 856.0  # 10 minutes and a second a token
+
+
+def test_the_credentials_of_the_url_stay_out_of_bench_json(tmp_path: Path) -> None:
+    """A server behind a proxy that asks for a password (--url http://user:pass@host) is measured,
+    and bench.json records where without the password: it was written there as given."""
+    with serve(good()) as url:
+        code, text = _bench(url.replace("http://", "http://me:sekrit@"), tmp_path)
+    assert code == 0, text
+    data = (tmp_path / "bench.json").read_text()
+    assert "sekrit" not in data and json.loads(data)["options"]["url"] == url.replace("http://", "http://me:****@")
