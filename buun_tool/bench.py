@@ -34,12 +34,11 @@ from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psutil
 import requests
 
-from buun_tool import bench_configs, build, console, figures, patches, paths, recipes, vendor
+from buun_tool import bench_configs, build, cmdline, console, figures, patches, paths, recipes, vendor
 from buun_tool.bench_configs import Overrides, ServerConfig, configs
 from buun_tool.errors import BuunError, Exit, NotReadyError, UsageError
 from buun_tool.server import devices, gpu, metrics, process
@@ -536,19 +535,9 @@ def _options(opts: BenchOptions) -> dict[str, Any]:
     if opts.workers:
         out["workers"] = {"rpc": [str(e) for e in opts.workers.endpoints], "draft_device": opts.workers.draft_device}
     out["recipe"] = str(opts.recipe.source) if opts.recipe else None
-    out["url"] = without_password(opts.url) if opts.url else None
+    out["url"] = cmdline.without_password(opts.url) if opts.url else None
     out["overrides"] = opts.overrides.to_json()  # the bench command line's, applied to every server
     return out
-
-
-def without_password(url: str) -> str:
-    """`url` with the password of its user part masked (a proxy's `http://user:pass@host`): bench.json
-    and its report are files one shares."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:****@{host}"))
 
 
 # --- summary ---------------------------------------------------------------------------------

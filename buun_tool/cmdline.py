@@ -12,6 +12,7 @@ kernel refuses the write, nothing changes (BUUN_API_KEY keeps a key off the comm
 from __future__ import annotations
 
 from collections.abc import Sequence
+from urllib.parse import urlsplit, urlunsplit
 
 from buun_tool.server.command import SECRET_FLAGS, canonical
 
@@ -60,3 +61,13 @@ def mask_secrets(proc: str = "/proc/self") -> bool:
     except OSError:
         return False
     return True
+
+
+def without_password(url: str) -> str:
+    """`url` with the password of its user part masked (a proxy's `http://user:pass@host`): bench.json,
+    a manifest and error messages are shared."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:****@{host}"))

@@ -44,6 +44,7 @@ from huggingface_hub.utils import build_hf_headers
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from buun_tool import console, stage
+from buun_tool.cmdline import without_password
 from buun_tool.errors import DISK_FULL, BuunError, Exit, NotReadyError
 from buun_tool.fsutil import write_json_atomic
 from buun_tool.recipes import Recipe, RepoSpec
@@ -171,6 +172,11 @@ def hub_endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
 
 
+def shown_endpoint() -> str:
+    """HF_ENDPOINT as messages and the manifest show it: a mirror's password (https://user:pass@host) masked."""
+    return without_password(hub_endpoint())
+
+
 def hub_offline() -> bool:
     """HF_HUB_OFFLINE as huggingface_hub reads it, but at call time (its constant is fixed at import)."""
     value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
@@ -180,7 +186,7 @@ def hub_offline() -> bool:
 def _hub_error(exc: BaseException, recipe: Recipe, role: str, spec: RepoSpec, filename: str | None = None) -> BuunError:
     """One message and exit code per way a download can fail (most specific first)."""
     where = f"{recipe.source}, field {role}"
-    page = f"{hub_endpoint()}/{spec.repo}"
+    page = f"{shown_endpoint()}/{spec.repo}"
     if isinstance(exc, GatedRepoError):
         why = "your token has no access to it" if get_token() else "no token was sent"
         return BuunError(
@@ -193,7 +199,7 @@ def _hub_error(exc: BaseException, recipe: Recipe, role: str, spec: RepoSpec, fi
         return BuunError(f"{spec.repo} at {spec.revision} has no file '{filename}'",
                          f"check the file names under {where} against {page}/tree/{spec.revision}", Exit.NOT_FOUND)
     if isinstance(exc, RepositoryNotFoundError):
-        return BuunError(f"repository {spec.repo} does not exist on {hub_endpoint()} (or is private)",
+        return BuunError(f"repository {spec.repo} does not exist on {shown_endpoint()} (or is private)",
                          f"check {role}.repo in {recipe.source}; for a private repo log in (`hf auth login`)",
                          Exit.NOT_FOUND)
     if isinstance(exc, HfHubHTTPError) and exc.response is not None and exc.response.status_code in (401, 403):
@@ -211,7 +217,7 @@ def _hub_error(exc: BaseException, recipe: Recipe, role: str, spec: RepoSpec, fi
     if isinstance(exc, OfflineModeIsEnabled):
         return BuunError(f"cannot download {spec.repo}: offline mode is on", "unset HF_HUB_OFFLINE", Exit.NETWORK)
     return BuunError(
-        f"cannot reach the Hub at {hub_endpoint()} ({type(exc).__name__}: {str(exc).strip() or 'no answer'})",
+        f"cannot reach the Hub at {shown_endpoint()} ({type(exc).__name__}: {str(exc).strip() or 'no answer'})",
         "check the network (or HF_ENDPOINT); finished files are kept and the next run resumes partial ones. "
         "With everything already downloaded, HF_HUB_OFFLINE=1 skips the Hub", Exit.NETWORK)
 
@@ -247,7 +253,7 @@ def _check_listed(f: RemoteFile, spec: RepoSpec) -> None:
         bad = f"the size {f.size!r:.80}"
     raise BuunError(f"the Hub's listing of {spec.repo}@{spec.revision} gives {f.name} {bad}, which no Hub writes; "
                     "nothing was downloaded",
-                    f"check HF_ENDPOINT ({hub_endpoint()}): it must be the Hub or a mirror that serves its format",
+                    f"check HF_ENDPOINT ({shown_endpoint()}): it must be the Hub or a mirror that serves its format",
                     Exit.NETWORK)
 
 
@@ -445,7 +451,7 @@ def _fetch(plan: RepoPlan, f: RemoteFile, token: str | None, bar: Progress) -> N
             raise BuunError(f"the Hub sent more of {plan.spec.repo}/{f.name} than the {f.size} bytes it announced; "
                             "the transfer was cut off there and discarded",
                             "run the same command again; if it repeats, the Hub or a proxy in between "
-                            f"({hub_endpoint()}) serves something else than it lists", Exit.NETWORK) from None
+                            f"({shown_endpoint()}) serves something else than it lists", Exit.NETWORK) from None
 
 
 def _verify_and_place(plan: RepoPlan, f: RemoteFile) -> dict[str, Any]:
@@ -473,7 +479,7 @@ def _verify_and_place(plan: RepoPlan, f: RemoteFile) -> dict[str, Any]:
 def _record(plan: RepoPlan, entries: dict[str, dict[str, Any]]) -> dict[str, Any]:
     manifest = read_manifest(plan.folder) or {"files": {}}
     manifest.update({"role": plan.role, "repo": plan.spec.repo, "revision": plan.spec.revision,
-                     "commit": plan.commit, "endpoint": hub_endpoint()})
+                     "commit": plan.commit, "endpoint": shown_endpoint()})
     manifest["files"] = {k: v for k, v in manifest["files"].items() if k in plan.spec.files}
     manifest["files"].update(entries)
     write_json_atomic(plan.folder / MANIFEST, manifest)

@@ -133,6 +133,20 @@ class TestErrors:
         assert "z-lab/No-Such-Drafter does not exist" in err.message
         assert "drafter.repo" in (err.hint or "") and str(r.source) in (err.hint or "")
 
+    def test_a_mirrors_password_stays_out_of_the_manifest_and_the_messages(self, hub: FakeHub, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch):
+        """HF_ENDPOINT may name a mirror that asks for a password (https://user:pass@host): the
+        manifest recorded it as given, and an error printed it."""
+        monkeypatch.setenv("HF_ENDPOINT", hub.url.replace("http://", "http://me:sekrit@"))
+        r = recipes.load_file(write_recipe(tmp_path / "r.yaml"))
+        pull.pull(r, paths.models_dir(), roles=("target",))
+        manifest = pull.layout(r, paths.models_dir()).target_dir / pull.MANIFEST
+        assert json.loads(manifest.read_text())["endpoint"] == hub.url.replace("http://", "http://me:****@")
+        gone = recipes.load_file(write_recipe(tmp_path / "g.yaml", drafter={"repo": "z-lab/No-Such-Drafter",
+                                                                             "files": ["config.json"]}))
+        err = _fail(gone, roles=("drafter",))
+        assert "me:****@" in err.message + (err.hint or "") and "sekrit" not in err.message + (err.hint or "")
+
     def test_missing_revision(self, hub: FakeHub, tmp_path: Path):
         r = recipes.load_file(write_recipe(tmp_path / "r.yaml", drafter={
             "repo": DRAFTER, "revision": "v9.9", "files": ["config.json", "model.safetensors"]}))
