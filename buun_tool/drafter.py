@@ -12,6 +12,7 @@ points the converter at.
 from __future__ import annotations
 
 import filecmp
+import glob
 import json
 import os
 import re
@@ -20,6 +21,8 @@ import struct
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from buun_tool import console
 from buun_tool.errors import BuunError, NotReadyError, UsageError
@@ -272,6 +275,16 @@ def _copy_if_changed(src: Path, dst: Path) -> bool:
     return True
 
 
+def _clear_dead_copies(folder: Path, names: tuple[str, ...]) -> None:
+    """The temporary copies of a run that was killed (SIGKILL, a power cut: its own cleanup never
+    ran), named by its pid; a live process's copy is its own to finish."""
+    for name in names:
+        for tmp in folder.glob(f".{glob.escape(name)}.*.tmp"):
+            pid = tmp.name[len(name) + 2:-len(".tmp")]
+            if pid.isascii() and pid.isdigit() and not psutil.pid_exists(int(pid)):
+                tmp.unlink(missing_ok=True)
+
+
 def tokenizer_files(recipe: Recipe) -> tuple[str, ...]:
     """The files to copy; refuses any that would replace the drafter's own config or weights."""
     own = set(recipe.drafter.files)
@@ -305,6 +318,7 @@ def prepare(recipe: Recipe, models_dir: Path) -> DrafterFolder:
     drafter_dir, _ = require_pulled(recipe, "drafter", models_dir)
     tok_dir, _ = require_pulled(recipe, "tokenizer", models_dir)
     copied, same = [], []
+    _clear_dead_copies(drafter_dir, names)
     for name in names:
         (copied if _copy_if_changed(tok_dir / name, drafter_dir / name) else same).append(name)
     facts = check_folder(recipe, models_dir)

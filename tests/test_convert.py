@@ -80,6 +80,23 @@ class TestDrafterFolder:
         assert "the disk is full" in res.output
         assert not tmp.is_symlink() and not tmp.exists() and vocab.read_text() == "{}"
 
+    def test_a_killed_copy_is_cleared_by_the_next_run(self, pulled: recipes.Recipe):
+        """A `buun drafter` killed mid-copy (SIGKILL: no cleanup) left its half copy beside the real
+        file for good, the size of the tokenizer each time; a running copy's is left alone."""
+        import subprocess
+        import sys
+        drafter.prepare(pulled, paths.models_dir())
+        folder = pull.layout(pulled, paths.models_dir()).drafter_dir
+        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True).stdout.strip()  # a buun drafter that was killed
+        half = folder / f".tokenizer.json.{dead}.tmp"
+        half.write_bytes((folder / "tokenizer.json").read_bytes()[:100])
+        running = folder / f".vocab.json.{os.getpid()}.tmp"
+        running.write_text("{")
+        again = drafter.prepare(pulled, paths.models_dir())
+        assert again.copied == [] and not half.exists() and running.exists()
+        running.unlink()
+
     def test_refuses_to_overwrite_the_drafters_config(self, pulled: recipes.Recipe, tmp_path: Path):
         data = recipes.load_file(write_recipe(tmp_path / "bad.yaml", tokenizer={
             "repo": "Qwen/Qwen3.5-27B", "files": ["tokenizer.json", "config.json"]}))
