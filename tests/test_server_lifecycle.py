@@ -416,6 +416,9 @@ def test_api_key_is_required_and_never_stored(buun: Buun, isolated_dirs: Path, g
     status = buun.status("secure", env={"BUUN_API_KEY": key})
     assert status["dflash"]["drafts"] > 0
     buun("stop", "secure", check=True)
+    # the key is not stored, so a restart without it is refused: it served without one on loopback
+    r = buun("restart", "secure")
+    assert r.returncode == 2 and "was started with an API key" in " ".join(r.stderr.split()), r.stderr
     assert_none_left(buun)
 
 

@@ -100,6 +100,7 @@ def launch(spec: LaunchSpec, api_key: str | None, *, foreground: Listener | None
             if new:  # refused before anything ran: no instance is left that `buun status` would list
                 shutil.rmtree(inst.dir, ignore_errors=True)
             raise
+        spec.keyed = bool(api_key)
         inst.write_spec(spec.to_json())
         if foreground is not None:
             Supervisor(spec, inst, api_key, foreground, fd).run()
@@ -259,6 +260,9 @@ def restart(inst: Instance, api_key: str | None, progress: Progress | None = Non
     if spec is None:
         raise UsageError(f"instance {inst.name} has never been started", "use `buun start` first")
     key = api_key or os.environ.get(API_KEY_ENV)
+    if spec.keyed and not key:  # else a server started with a key came back without one, on loopback silently
+        raise UsageError(f"{inst.name} was started with an API key, which buun does not store",
+                         "pass --api-key KEY (or set BUUN_API_KEY) to `buun restart`")
     check_exposure(spec, key)  # both before a running server is stopped for a launch that cannot start
     spec.check_files()
     if sup is not None:

@@ -104,8 +104,8 @@ def render(instance: str, spec_file: Path, stop_timeout: float, env: dict[str, s
 
 
 def _settings(spec: dict[str, Any]) -> dict[str, Any]:
-    """A saved spec without its run id (each launch gets its own)."""
-    return {k: v for k, v in spec.items() if k != "run_id"}
+    """A saved spec without its run id (each launch gets its own) and whether a launch had a key."""
+    return {k: v for k, v in spec.items() if k not in ("run_id", "keyed")}
 
 
 def install(spec: LaunchSpec, force: bool = False) -> Path:

@@ -82,6 +82,7 @@ class LaunchSpec:
     recipe_flags: list[str]  # flag names the recipe set (for error hints)
     policy: Policy = field(default_factory=Policy)
     no_api_key: bool = False  # the user said to serve beyond loopback without a key (--no-api-key)
+    keyed: bool = False  # launched with an API key, which is never saved: a restart must be given it again
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     context: dict[str, Any] | None = None  # fit.ContextChoice: the -c given and why
     # the models folder target and draft come from; None when either was given by path (--model, --draft)
