@@ -20,12 +20,12 @@ from buun_tool.server.command import SECRET_FLAGS, canonical
 def secret_spans(args: Sequence[bytes]) -> list[tuple[int, int, int]]:
     """(argument index, first byte, end byte) of each secret value among `args`: the argument after
     a secret flag in any spelling (`--api-key KEY`, `-- -hft TOKEN`), or the part after `=`
-    (`--api-key=KEY`)."""
+    (`--api-key=KEY`, `-hft=TOKEN`)."""
     spans = []
     for i, arg in enumerate(args):
         name, eq, _ = arg.partition(b"=")
         text = name.decode("utf-8", "replace")
-        if eq and text.startswith("--") and canonical(text) in SECRET_FLAGS:
+        if eq and text.startswith("-") and canonical(text) in SECRET_FLAGS:
             spans.append((i, len(name) + 1, len(arg)))
         elif not eq and canonical(text) in SECRET_FLAGS and i + 1 < len(args):
             spans.append((i + 1, 0, len(args[i + 1])))

@@ -250,6 +250,14 @@ class TestPrintCmd:
             "-ctk q8_0 -np 1 --alias qwen3.5-27b-dflash --host 127.0.0.1 --port 9001 --metrics")
 
 
+    def test_a_short_secret_flag_with_its_value_after_an_equals_sign_is_masked(self, fake_bin: Path) -> None:
+        """`-hft=TOKEN` was one flag of that name, not a secret one: shown, saved in the spec and put
+        on llama-server's command line as it was."""
+        r = self.run("--", "-hft=hf_sekrit", "-c=4096")
+        assert r.exit_code == 0, r.output
+        assert "sekrit" not in r.output and " -c 4096 " in r.stdout
+        assert cmdline.secret_spans([b"buun", b"serve", b"--", b"-hft=hf_t"]) == [(3, 5, 9)]
+
     def test_supervision_values_are_checked_by_their_option_names(self, fake_bin: Path) -> None:
         """nan passed the check, inf or nan MiB of log was a traceback (OverflowError, ValueError),
         and a negative --backoff or --log-max-mb was named by the spec's field (--backoff-initial,

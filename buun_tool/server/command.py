@@ -135,7 +135,8 @@ def looks_like_flag(token: str) -> bool:
 
 def parse_args(args: Sequence[str]) -> list[Flag]:
     """Extra args (`-c 4096 --jinja --spec-type=draft-dflash`) as flags: a token that is not a flag
-    is the value of the one before it; `--flag=value` is split (llama-server wants them apart)."""
+    is the value of the one before it; `--flag=value` and `-f=value` are split (llama-server wants
+    them apart, and `-hft=TOKEN` whole was no secret flag: it was saved and shown as it was)."""
     flags: list[Flag] = []
     i = 0
     while i < len(args):
@@ -143,7 +144,7 @@ def parse_args(args: Sequence[str]) -> list[Flag]:
         if not looks_like_flag(token):
             raise UsageError(f"unexpected argument {token!r} for llama-server",
                              "extra llama-server arguments are flags, each followed by its value if it takes one")
-        if token.startswith("--") and "=" in token:
+        if "=" in token:
             name, value = token.split("=", 1)
             flags.append((name, value))
             i += 1
