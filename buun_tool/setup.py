@@ -104,6 +104,7 @@ def _server_args(ctx: Context) -> list[str]:
 def _serve(ctx: Context) -> spec_mod.LaunchSpec:
     spec, key = spec_mod.resolve(str(ctx.recipe.source), models_dir=ctx.models_dir, host=ctx.host, port=ctx.port,
                                  extra=_server_args(ctx), api_key=ctx.api_key, no_api_key=ctx.no_api_key)
+    ctx.api_key = key  # the smoke test's and the summary's: also one after `--` or in the recipe
     inst = instance.Instance(spec.name)
     state = control.status(inst, key).state
     if state == State.READY and _same_launch(inst, spec):

@@ -94,6 +94,15 @@ def test_setup_runs_then_skips_everything(setup_env: tuple[Path, int]) -> None:
     assert "already running" in second.stderr
     print(f"second run: {time.monotonic() - t0:.1f} s")
 
+    # a key after `--` (or a recipe's): the server got it and the smoke test asked without it, HTTP 401
+    for inst in all_instances():
+        control.stop(inst, 10)
+    keyed = run_setup(recipe_file, port, "--", "--api-key", "sekrit")
+    assert keyed.returncode == 0, keyed.stderr[-3000:]
+    assert "sekrit" not in keyed.stdout + keyed.stderr and 'api_key="<your key>"' in keyed.stdout
+    assert requests.post(f"http://127.0.0.1:{port}/completion", json={"prompt": "hi", "n_predict": 1},
+                         timeout=60).status_code == 401
+
 
 def test_interrupted_conversion_resumes(setup_env: tuple[Path, int]) -> None:
     recipe_file, port = setup_env

@@ -56,7 +56,7 @@ def setup(
         _print_plan(context)
         return
     spec, result = setup_stage.run(context, yes=yes)
-    console.out.print(setup_stage.summary(spec, result, has_key=bool(api_key)))
+    console.out.print(setup_stage.summary(spec, result, has_key=bool(context.api_key)))
 
 
 def _print_plan(context: setup_stage.Context) -> None:
