@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -29,15 +31,24 @@ def write_json_atomic(path: Path, data: Any, private: bool = False) -> None:
 def write_atomic(path: Path, data: bytes, private: bool = False) -> None:
     """write_json_atomic's way for any bytes. A link at `path` is replaced, never written through:
     a folder someone sent may hold a report.html that points at one of the reader's files. The
-    bytes reach the disk before the rename, and the rename before the return: after a power cut a
-    service's launch (service.json) is the old one or the new one, not an empty file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    bytes reach the disk before the rename: after a power cut a service's launch (service.json)
+    is the old one or the new one, not an empty file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with replaced(path) as tmp, open_private(tmp, append=False) if private else open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def replaced(path: Path, suffix: str = "tmp") -> Iterator[Path]:
+    """A temporary name beside `path` (`.NAME.PID.SUFFIX`: concurrent writers never share one) for
+    the block to write; renamed over `path` when the block ends, and the rename on the disk before
+    this returns. On any failure (a full disk, Ctrl-C) the temporary file is removed and the old
+    `path` stays; a full disk is the error naming `path`, not the temporary file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{suffix}")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open_private(tmp, append=False) if private else open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
         os.replace(tmp, path)
         _sync_dir(path.parent)
     except BaseException as exc:

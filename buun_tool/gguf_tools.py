@@ -42,7 +42,8 @@ from gguf import (
     LlamaFileType,
 )
 
-from buun_tool.errors import DISK_FULL, UsageError, disk_full
+from buun_tool.errors import UsageError
+from buun_tool.fsutil import replaced
 
 FORK_ARCH = "dflash-draft"
 UPSTREAM_ARCH = "dflash"
@@ -321,31 +322,22 @@ def write_gguf(dst: Path, kvs: list[tuple[str, bytes]], tensors: list[tuple[str,
     """Write a GGUF (v3) from encoded key/values and tensors copied out of open files, under a
     temporary name renamed into place at the end, once its bytes are on the disk."""
     dst = Path(dst)
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.partial")
-    try:
-        with open(tmp, "wb") as out:
-            out.write(struct.pack("<IIQQ", GGUF_MAGIC, 3, len(tensors), len(kvs)))
-            for key, raw in kvs:
-                out.write(_string(key) + raw)
-            rel = 0
-            for name, _, t in tensors:
-                out.write(_string(name) + struct.pack(f"<I{len(t.dims)}Q", len(t.dims), *t.dims)
-                          + struct.pack("<IQ", t.ggml_type, rel))
-                rel += t.nbytes + (-t.nbytes % alignment)
-            out.write(b"\0" * (-out.tell() % alignment))
-            for _, src, t in tensors:
-                for chunk in src.tensor_bytes(t):
-                    out.write(chunk)
-                out.write(b"\0" * (-t.nbytes % alignment))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, dst)
-    except OSError as exc:
-        if exc.errno in DISK_FULL:  # the write's error names no file: say which one did not fit
-            raise disk_full(exc, f"write {dst}") from exc
-        raise
-    finally:
-        tmp.unlink(missing_ok=True)
+    with replaced(dst, "partial") as tmp, open(tmp, "wb") as out:
+        out.write(struct.pack("<IIQQ", GGUF_MAGIC, 3, len(tensors), len(kvs)))
+        for key, raw in kvs:
+            out.write(_string(key) + raw)
+        rel = 0
+        for name, _, t in tensors:
+            out.write(_string(name) + struct.pack(f"<I{len(t.dims)}Q", len(t.dims), *t.dims)
+                      + struct.pack("<IQ", t.ggml_type, rel))
+            rel += t.nbytes + (-t.nbytes % alignment)
+        out.write(b"\0" * (-out.tell() % alignment))
+        for _, src, t in tensors:
+            for chunk in src.tensor_bytes(t):
+                out.write(chunk)
+            out.write(b"\0" * (-t.nbytes % alignment))
+        out.flush()
+        os.fsync(out.fileno())
 
 
 # --- inspect --------------------------------------------------------------------------------

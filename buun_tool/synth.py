@@ -33,7 +33,8 @@ import gguf
 import numpy as np
 
 from buun_tool import console, gguf_tools
-from buun_tool.errors import DISK_FULL, BuunError, Exit, UsageError, disk_full
+from buun_tool.errors import BuunError, Exit, UsageError
+from buun_tool.fsutil import replaced
 from buun_tool.recipes import SPECIAL_TOKENS, DrafterGeometry, Recipe, TargetGeometry
 
 QT = gguf.GGMLQuantizationType
@@ -547,10 +548,10 @@ def _write_zeros(f: BinaryIO, n: int) -> None:
 
 def write_model(plan: ModelPlan, path: Path, seed: tuple[int, ...],
                 on_bytes: Callable[[int], None] | None = None) -> int:
-    """Write one GGUF atomically (via a .partial file); returns its size in bytes."""
+    """Write one GGUF atomically (via a .partial file, removed if the write fails: a full disk or
+    Ctrl-C midway left gigabytes behind, one more each attempt); returns its size in bytes."""
     rng = np.random.default_rng(list(seed))
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.partial")  # concurrent writers never share one
-    try:
+    with replaced(path, "partial") as tmp:
         align = _write_header(plan, tmp)
         pools = _Pools(rng, _Pools.sizes_for(plan.tensors, POOL_CAP))
         with open(tmp, "r+b") as f:
@@ -561,13 +562,6 @@ def write_model(plan: ModelPlan, path: Path, seed: tuple[int, ...],
                 f.write(bytes(_pad(t.nbytes, align) - t.nbytes))
                 if on_bytes:
                     on_bytes(_pad(t.nbytes, align))
-        os.replace(tmp, path)
-    except BaseException as exc:
-        # a full disk or Ctrl-C midway left gigabytes of .partial behind, and each new attempt one more
-        tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError) and exc.errno in DISK_FULL:
-            raise disk_full(exc, f"write {path}") from exc
-        raise
     return path.stat().st_size
 
 
