@@ -27,7 +27,7 @@ import psutil
 from buun_tool import console
 from buun_tool.errors import BuunError, NotReadyError, UsageError
 from buun_tool.pull import layout, require_pulled
-from buun_tool.recipes import Recipe, shown
+from buun_tool.recipes import Recipe, is_index, shown
 from buun_tool.stage import StageStatus, current, stale
 
 DRAFTER_ARCHITECTURES = ("DFlashDraftModel", "DFlash2DraftModel")
@@ -61,11 +61,6 @@ def _found(value: Any) -> str:
     return f"{_JSON_KINDS.get(type(value), type(value).__name__)} ({text[:60]}{'...' if len(text) > 60 else ''})"
 
 
-def _is_index(value: Any) -> bool:
-    """A non-negative JSON integer; a JSON true or false is none, though Python's bool is an int."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def config_problems(cfg: dict[str, Any], path: Path, *, objects: tuple[str, ...], lists: tuple[str, ...],
                     counts: tuple[str, ...], required: tuple[str, ...], indices: tuple[str, ...] = ()) -> list[str]:
     """What in a config.json has a type nothing downstream can use: `objects` must be objects,
@@ -94,10 +89,10 @@ def config_problems(cfg: dict[str, Any], path: Path, *, objects: tuple[str, ...]
     for name in indices:
         value = get(name)
         if name in lists:  # a list's own type is named above
-            bad = [v for v in value if not _is_index(v)] if isinstance(value, list) else []
+            bad = [v for v in value if not is_index(v)] if isinstance(value, list) else []
             want = "a list of non-negative integers"
         else:
-            bad = [] if value is None or _is_index(value) else [value]
+            bad = [] if value is None or is_index(value) else [value]
             want = "a non-negative integer"
         if bad:
             problems.append(f"{path}: {name} must be {want}, found {_found(bad[0])}")
@@ -187,7 +182,7 @@ def _safetensors_problem(path: Path) -> str | None:
         if name == "__metadata__":
             continue
         offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_index(o) for o in offsets)
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(is_index(o) for o in offsets)
                 and 0 <= offsets[0] <= offsets[1] <= data):
             return f"{path}: tensor {name} has data_offsets {offsets!r} outside the file's {data} data bytes"
     return None
@@ -245,10 +240,10 @@ def check_pair(facts: dict[str, Any], recipe: Recipe, drafter_cfg_path: Path, ta
                         f"target {facts['target_hidden_size']} ({target_cfg_path})")
     n_target = facts["target_num_layers"] or 0
     ids = facts["target_layer_ids"]
-    if not ids or not all(_is_index(i) and i < n_target for i in ids):
+    if not ids or not all(is_index(i) and i < n_target for i in ids):
         problems.append(f"dflash_config.target_layer_ids {ids} are not layers of the {n_target}-layer target")
     vocab = facts["target_vocab_size"] or 0
-    if not _is_index(facts["mask_token_id"]) or not facts["mask_token_id"] < vocab:
+    if not is_index(facts["mask_token_id"]) or not facts["mask_token_id"] < vocab:
         problems.append(f"dflash_config.mask_token_id {facts['mask_token_id']!r} is not a token of the "
                         f"{vocab}-token vocabulary")
     expect = recipe.expect

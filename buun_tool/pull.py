@@ -47,7 +47,7 @@ from buun_tool import console, stage
 from buun_tool.cmdline import without_password
 from buun_tool.errors import DISK_FULL, BuunError, Exit, NotReadyError
 from buun_tool.fsutil import write_json_atomic
-from buun_tool.recipes import Recipe, RepoSpec
+from buun_tool.recipes import Recipe, RepoSpec, is_index
 
 ROLES = ("target", "drafter", "tokenizer")
 MANIFEST = "buun-manifest.json"
@@ -248,7 +248,7 @@ def _check_listed(f: RemoteFile, spec: RepoSpec) -> None:
             bad = f"the {what} {value!r:.80}"
             break
     else:
-        if isinstance(f.size, int) and not isinstance(f.size, bool) and f.size >= 0:
+        if is_index(f.size):
             return
         bad = f"the size {f.size!r:.80}"
     raise BuunError(f"the Hub's listing of {spec.repo}@{spec.revision} gives {f.name} {bad}, which no Hub writes; "

@@ -71,6 +71,12 @@ _SHORT = reprlib.Repr()
 _SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxstring, _SHORT.maxother = 2, 8, 8, 200, 200
 
 
+def is_index(value: Any) -> bool:
+    """A whole number of 0 or more, as JSON or YAML gives one: true and false are none, though
+    Python's bool is an int (a config's `mask_token_id: true` was taken as token 1)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def shown(value: Any) -> str:
     """`value`'s repr, at most a few hundred characters whatever its size."""
     return _SHORT.repr(value)
@@ -335,7 +341,7 @@ class _GeometryReader:
                 raise self.r.fail(dotted, "a positive number", v)
         else:  # tuple[int, ...]: layer ids, rope sections
             v = self.r.get(dotted, list)
-            if not v or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v):
+            if not v or not all(map(is_index, v)):
                 raise self.r.fail(dotted, "a list of integers >= 0", v)
             v = tuple(v)
         return v
@@ -407,7 +413,7 @@ def _slots(r: _Reader) -> int:
 def _gpus(r: _Reader) -> tuple[int, ...]:
     """server.gpus: nvidia-smi indices, each once (`buun serve --gpus` checks them against the cards)."""
     items = r.get("server.gpus", list, [])
-    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in items):
+    if not all(map(is_index, items)):
         raise r.fail("server.gpus", "a list of nvidia-smi card indices, such as [0, 1]", items)
     if len(set(items)) != len(items):
         raise r.fail("server.gpus", "each card once", items)
@@ -428,7 +434,7 @@ def parse(source: Path, data: Any) -> Recipe:
         if key in expect:
             r.get(f"expect.{key}", int)
     ids = r.get("expect.target_layer_ids", list, [])
-    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):  # [true] equals [1]
+    if not all(map(is_index, ids)):  # [true] equals [1]
         raise r.fail("expect.target_layer_ids", "a list of layer indices (integers >= 0)", ids)
     flags = r.get("server.flags", dict, {})
     for flag, value in flags.items():

@@ -122,15 +122,15 @@ class LaunchSpec:
         missing: list[BuunError] = []
         if not Path(self.binary).is_file():
             missing.append(NotReadyError(f"llama-server is missing: {self.binary}", "run `buun build`"))
-        for role, path, fix in (("target model", self.target, "buun pull"), ("drafter", self.draft, "buun convert")):
-            option = f"--{'model' if role[0] == 't' else 'draft'}"
+        for role, path, fix, option in (("target model", self.target, "buun pull", "--model"),
+                                        ("drafter", self.draft, "buun convert", "--draft")):
             if Path(path).is_dir():  # a folder given for the file: it exists, so "does not exist" misled
                 missing.append(UsageError(f"the {role} {path} is a folder, not a GGUF file",
                                           f"pass {option} with the path of the .gguf file in it"))
             elif not Path(path).is_file():
                 missing.append(NotReadyError(
                     f"the {role} {path} does not exist", f"run `{fix} {self.recipe}` (or `buun setup`), or pass "
-                    f"--{'model' if role[0] == 't' else 'draft'} with the path of an existing GGUF"))
+                    f"{option} with the path of an existing GGUF"))
         return missing
 
     def check_files(self) -> None:
