@@ -28,6 +28,7 @@ from buun_tool import console
 from buun_tool.errors import BuunError, NotReadyError, UsageError
 from buun_tool.pull import layout, require_pulled
 from buun_tool.recipes import Recipe, is_index, shown
+from buun_tool.server.command import is_count
 from buun_tool.stage import StageStatus, current, stale
 
 DRAFTER_ARCHITECTURES = ("DFlashDraftModel", "DFlash2DraftModel")
@@ -276,7 +277,7 @@ def _clear_dead_copies(folder: Path, names: tuple[str, ...]) -> None:
     for name in names:
         for tmp in folder.glob(f".{glob.escape(name)}.*.tmp"):
             pid = tmp.name[len(name) + 2:-len(".tmp")]
-            if pid.isascii() and pid.isdigit() and not psutil.pid_exists(int(pid)):
+            if is_count(pid) and not psutil.pid_exists(int(pid)):
                 tmp.unlink(missing_ok=True)
 
 
