@@ -32,8 +32,9 @@ BIN=$R/vendor/build/cuda/bin
 NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)  # Nsight Compute, for kernel timings
 
 # the machine's CUDA arch as the build module detects it (what `buun build --cuda` picks: "90" on an
-# H100/H200), so no script names one
-CUDA_ARCH=$(python3 -c "from buun_tool import build; print(';'.join(sorted({g.arch for g in build.detect_gpus()})))")
+# H100/H200), so no script names one; GPU_CUDA_ARCH=86-virtual builds Ampere's code as PTX only, which
+# the driver compiles for this card at load (the parts that build llama.cpp; not the kernel benches)
+CUDA_ARCH=${GPU_CUDA_ARCH:-$(python3 -c "from buun_tool import build; print(';'.join(sorted({g.arch for g in build.detect_gpus()})))")}
 [ -n "$CUDA_ARCH" ] || { log "no GPU visible to nvidia-smi: no CUDA arch"; exit 1; }
 # On a machine of several cards every part runs on card 0 unless it names its cards (split, rpc):
 # the one-card figures of a multi-card run are then one card's, as on a one-card machine.
@@ -52,7 +53,8 @@ CUDA_CMAKE="$CUDA_FLAGS -DCMAKE_CUDA_ARCHITECTURES='$CUDA_ARCH'"
 # GPU_EXTRA_DIFF: a diff applied to the patched tree, uncommitted (a diagnostic kept out of the
 # series, such as scripts/diagnostics/*.diff); buun-build.json records it as uncommitted
 gpu_vendor() {
-    { nvidia-smi; nproc; free -g; python3 --version; nvcc --version | tail -1; } > "$RES/machine.txt" 2>&1
+    { nvidia-smi; nproc; free -g; python3 --version; nvcc --version | tail -1; echo "CMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH"; } \
+        > "$RES/machine.txt" 2>&1
     step vendor 120 bash -c "$BUUN vendor --from-archive .carry/llama-src.tar.xz && $BUUN patch" || exit 1
     if [ -n "${GPU_EXTRA_DIFF:-}" ]; then
         step extra-diff 30 git -C vendor/llama.cpp apply "$(realpath "$GPU_EXTRA_DIFF")" || exit 1
