@@ -303,3 +303,29 @@ def test_status_says_when_a_crashed_server_is_launched_again(fake: Fake) -> None
     assert "relaunch in 30 s (at " in text or "relaunch in 29 s (at " in text, text
     fake("stop", "down", check=True)
     assert_none_left(fake)
+
+
+def test_supervisor_log_is_rotated_as_the_server_log_is(fake: Fake) -> None:
+    """supervisor.log (a detached supervisor's own output: each state change) was never rotated,
+    so a supervisor that restarted a crashing server for months grew it without end. Now it is
+    rotated by --log-max-mb/--log-keep, and the supervisor's stdout and stderr (a traceback) go to
+    the current file, not to a rotated one that is deleted later."""
+    port = free_port()
+    fake.start("chatty", port, "--log-max-mb", "0.0004", "--log-keep", "1", "--max-crashes", "100",
+               "--backoff", "0.05", "--backoff-max", "0.05")
+    log = fake.dir("chatty") / "supervisor.log"
+    for _ in range(6):  # each crash and relaunch writes ~250 bytes of state changes
+        old = fake.record("chatty")["server"]["pid"]
+        psutil.Process(old).kill()
+        fake.wait("chatty", lambda r, old=old: r["state"] == "ready" and r["server"]["pid"] != old)
+    limit = int(0.0004 * 2**20)
+    rotated = sorted(p.name for p in log.parent.glob("supervisor.log*"))
+    assert rotated == ["supervisor.log", "supervisor.log.1"], rotated
+    assert all((log.parent / n).stat().st_size <= limit for n in rotated)
+    sup = fake.record("chatty")["supervisor"]["pid"]
+    assert {os.readlink(f"/proc/{sup}/fd/{fd}") for fd in (1, 2)} == {str(log)}
+    from buun_tool.server import logfile
+
+    assert "ready: llama-server is ready" in logfile.tail(log, 1)[0]
+    fake("stop", "chatty", check=True)
+    assert_none_left(fake)

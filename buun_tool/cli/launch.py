@@ -78,7 +78,8 @@ Backoff = Annotated[float, typer.Option(help="Seconds before the first relaunch;
                                         rich_help_panel=SUPERVISION)]
 BackoffMax = Annotated[float, typer.Option(help="Longest wait between relaunches.", rich_help_panel=SUPERVISION)]
 StopTimeout = Annotated[float, typer.Option(help="Grace between SIGTERM and SIGKILL.", rich_help_panel=SUPERVISION)]
-LogMaxMb = Annotated[float, typer.Option(help="Rotate server.log past this size (MiB).", rich_help_panel=SUPERVISION)]
+LogMaxMb = Annotated[float, typer.Option(help="Rotate server.log (and supervisor.log) past this size (MiB).",
+                                          rich_help_panel=SUPERVISION)]
 LogKeep = Annotated[int, typer.Option(help="Rotated logs to keep.", rich_help_panel=SUPERVISION)]
 StallTimeout = Annotated[float, typer.Option(
     help="With --rpc: seconds a request may make no progress, /health answering, before the server is taken for "

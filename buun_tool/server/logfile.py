@@ -1,8 +1,9 @@
 """The instance log: written with size-based rotation, read back with tail and follow.
 
 The supervisor writes llama-server's output and its own events (prefixed "[buun]") to
-server.log; past `max_bytes` it becomes server.log.1 (older ones shift up, `keep` are kept). Logs
-are private (0600) like the rest of the instance folder: they show paths, flags and requests.
+server.log; past `max_bytes` it becomes server.log.1 (older ones shift up, `keep` are kept). A
+detached supervisor's own output, supervisor.log, rotates the same way. Logs are private (0600)
+like the rest of the instance folder: they show paths, flags and requests.
 """
 
 from __future__ import annotations
@@ -28,12 +29,17 @@ class RotatingLog:
     that stopped on a full disk (or a file-size limit) would leave llama-server blocked on its next
     write, hung, and a supervisor that raised would take it down. A line that cannot be written is
     counted and the count logged once writing works again. A log deleted (or moved) while running
-    is made again at the next write, so `buun logs` keeps showing the output."""
+    is made again at the next write, so `buun logs` keeps showing the output.
+
+    `follow`: fds (a detached supervisor's stdout and stderr) pointed at the file at each (re)open,
+    so what the process writes there other than through this log (a traceback) lands in the
+    current file, not in a rotated one that is later deleted; the size counts those writes too."""
 
     REOPEN_CHECK_S = 1.0  # how often a write checks that the path is still the file it writes
 
-    def __init__(self, path: Path, max_bytes: int = DEFAULT_MAX_BYTES, keep: int = DEFAULT_KEEP):
-        self.path, self.max_bytes, self.keep = path, max_bytes, keep
+    def __init__(self, path: Path, max_bytes: int = DEFAULT_MAX_BYTES, keep: int = DEFAULT_KEEP,
+                 follow: tuple[int, ...] = ()):
+        self.path, self.max_bytes, self.keep, self.follow = path, max_bytes, keep, follow
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._size = 0
@@ -53,6 +59,8 @@ class RotatingLog:
         private_dir(self.path.parent)
         with open_private(self.path) as f:
             self._fd = os.dup(f.fileno())  # unbuffered: a failed write keeps nothing to flush later
+        for fd in self.follow:
+            os.dup2(self._fd, fd)
         self._size = os.fstat(self._fd).st_size
         self._checked = time.monotonic()
 
@@ -90,6 +98,9 @@ class RotatingLog:
                 self._why = exc.strerror or str(exc)
 
     def _append(self, data: bytes) -> None:
+        if self.follow:  # the followers' writes bypass the count
+            assert self._fd is not None
+            self._size = os.fstat(self._fd).st_size
         if self._size + len(data) > self.max_bytes and self._size > 0:
             self._rotate()
         assert self._fd is not None

@@ -44,7 +44,7 @@ from buun_tool.server import loglines, process, rpc
 from buun_tool.server.health import Health, Probe
 from buun_tool.server.instance import Instance, ref_of
 from buun_tool.server.logfile import RotatingLog
-from buun_tool.server.spec import API_KEY_ENV, LaunchSpec, child_env
+from buun_tool.server.spec import API_KEY_ENV, LaunchSpec, Policy, child_env
 from buun_tool.server.state import TRANSITIONS, Record, State
 
 TICK = 0.1  # seconds the loop waits for an event before its periodic checks
@@ -558,6 +558,19 @@ def _load_saved(path: Path) -> LaunchSpec:
                             "with the options you want") from None
 
 
+def report(kind: str, message: str) -> None:
+    """A supervisor's listener before it has its own output (detached_output)."""
+    print(f"{time.strftime('%H:%M:%S')} {kind}: {message}", flush=True)
+
+
+def detached_output(inst: Instance, policy: Policy) -> Listener:
+    """A detached supervisor's listener: its state changes to supervisor.log, rotated as the
+    instance's log is (one that restarted a crashing server for months grew it without end). Its
+    stdout and stderr follow the file, for what Python itself writes there (a traceback)."""
+    out = RotatingLog(inst.supervisor_log, policy.log_max_bytes, policy.log_keep, follow=(1, 2))
+    return lambda kind, message: out.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {kind}: {message}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m buun_tool.server.supervisor",
                                      description="Supervise one instance: detached for `buun start` (--lock-fd), "
@@ -567,10 +580,7 @@ def main(argv: list[str] | None = None) -> int:
     how.add_argument("--lock-fd", type=int, help="inherited fd holding the instance lock (buun start)")
     how.add_argument("--spec", type=Path, help="launch this saved spec, as `buun serve` does (the systemd unit)")
     args = parser.parse_args(argv)
-
-    def report(kind: str, message: str) -> None:
-        print(f"{time.strftime('%H:%M:%S')} {kind}: {message}", flush=True)
-
+    listener = report
     try:
         if args.spec is not None:
             from buun_tool.server import control  # control imports this module
@@ -585,11 +595,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"no launch spec in {inst.spec_file}", file=sys.stderr)
             return int(Exit.NOT_READY)
         try:
-            Supervisor(LaunchSpec.from_json(data), inst, os.environ.get(API_KEY_ENV), report, args.lock_fd).run()
+            spec = LaunchSpec.from_json(data)
+            listener = detached_output(inst, spec.policy)
+            Supervisor(spec, inst, os.environ.get(API_KEY_ENV), listener, args.lock_fd).run()
         finally:
             os.close(args.lock_fd)
     except BuunError as exc:
-        report("failed", f"{exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
+        listener("failed", f"{exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
         return int(exc.exit_code)
     return 0
 

@@ -36,7 +36,7 @@ from buun_tool.server.instance import Instance, all_of, check_name, live, pick, 
 from buun_tool.server.rpc import DEFAULT_PORT, Endpoint
 from buun_tool.server.spec import Policy
 from buun_tool.server.state import Record, State
-from buun_tool.server.supervisor import Listener, Supervisor
+from buun_tool.server.supervisor import Listener, Supervisor, detached_output, report
 
 DEFAULT_HOST = "127.0.0.1"
 PROGRAM = "ggml-rpc-server"
@@ -293,20 +293,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("name")
     parser.add_argument("--lock-fd", type=int, required=True, help="inherited fd holding the worker's lock")
     args = parser.parse_args(argv)
-
-    def report(kind: str, message: str) -> None:
-        print(f"{time.strftime('%H:%M:%S')} {kind}: {message}", flush=True)
-
+    listener = report
     inst = WorkerInstance(args.name)
     try:
         data = inst.read_spec()
         if data is None:
             print(f"no launch spec in {inst.spec_file}", file=sys.stderr)
             return int(Exit.NOT_READY)
-        WorkerSupervisor(WorkerSpec.from_json(data), inst,  # type: ignore[arg-type]
-                         listener=report, lock_fd=args.lock_fd).run()
+        spec = WorkerSpec.from_json(data)
+        listener = detached_output(inst, spec.policy)
+        WorkerSupervisor(spec, inst, listener=listener, lock_fd=args.lock_fd).run()  # type: ignore[arg-type]
     except BuunError as exc:
-        report("failed", f"{exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
+        listener("failed", f"{exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
         return int(exc.exit_code)
     finally:
         os.close(args.lock_fd)
