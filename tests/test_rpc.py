@@ -45,6 +45,19 @@ class TestEndpoints:
         with pytest.raises(UsageError, match="names 127.0.0.1:1 twice"):
             rpc.parse("127.0.0.1:1,127.0.0.1:1")
 
+    @pytest.mark.parametrize(("text", "said"), [("a:1,A:1", "names a:1 twice (again as A:1)"),
+                                                ("Worker-2:50052, b:2, worker-2:050052",
+                                                 "names Worker-2:50052 twice (again as worker-2:50052)"),
+                                                ("127.0.0.1:1,127.1:1", "names 127.0.0.1:1 twice (again as 127.1:1)"),
+                                                ("0x7f.0.0.1:1,127.0.0.1:1", "names 0x7f.0.0.1:1 twice")])
+    def test_a_worker_spelt_twice(self, text: str, said: str) -> None:
+        """A host in another case, an address in another form: the same worker, which llama-server
+        would connect to twice (it dropped only an exact repeat)."""
+        with pytest.raises(UsageError) as e:
+            rpc.parse(text)
+        assert said in e.value.message and e.value.hint == "name each worker once"
+        assert rpc.parse("a:1,a:2,b:1") == [Endpoint("a", 1), Endpoint("a", 2), Endpoint("b", 1)]
+
 
 class TestBindRules:
     @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "10.0.0.5", "172.16.3.4", "192.168.1.20",
@@ -133,6 +146,15 @@ class TestReachable:
             assert rpc.probe(Endpoint("127.0.0.1", s.getsockname()[1])) is None
         assert rpc.probe(Endpoint("127.0.0.1", free_port())) == "nothing listens there"
         assert "not known" in (rpc.probe(Endpoint("no-such-host.invalid", 1)) or "")
+
+    def test_two_names_of_one_address_are_one_worker(self) -> None:
+        """localhost and 127.0.0.1 (as a launch resolves them) before any probe."""
+        port = free_port()
+        with pytest.raises(UsageError) as e:
+            rpc.check_reachable(rpc.parse(f"localhost:{port},127.0.0.1:{port}"))
+        assert f"localhost:{port} and 127.0.0.1:{port} are one worker (127.0.0.1:{port})" in e.value.message
+        with pytest.raises(NotReadyError):  # other ports: two workers, neither there
+            rpc.check_reachable(rpc.parse(f"localhost:{port},127.0.0.1:{free_port()}"))
 
     def test_the_error_names_each_worker_and_the_next_step(self) -> None:
         port = free_port()

@@ -48,6 +48,7 @@ class Endpoint:
 def parse(text: str) -> list[Endpoint]:
     """`host:port,host:port` as endpoints, in order; each once. No IPv6: llama.cpp's RPC has none."""
     out: list[Endpoint] = []
+    seen: dict[tuple[str, int], Endpoint] = {}
     for item in (t.strip() for t in text.split(",")):
         m = _ENDPOINT.fullmatch(item)
         if not m:
@@ -56,10 +57,38 @@ def parse(text: str) -> list[Endpoint]:
         if not 0 < port < 65536:
             raise UsageError(f"--rpc {text!r}: port {port} is not in 1..65535", USAGE_HINT)
         ep = Endpoint(host, port)
-        if ep in out:  # llama-server would quietly use it once
-            raise UsageError(f"--rpc {text!r} names {ep} twice", "name each worker once")
+        # one worker named twice, in any spelling: llama-server would quietly use an exact repeat
+        # once, and connect twice to one spelt otherwise (a second device that waits in its queue)
+        first = seen.setdefault((_host_key(host), port), ep)
+        if first is not ep:
+            again = f" (again as {ep})" if str(ep) != str(first) else ""
+            raise UsageError(f"--rpc {text!r} names {first} twice{again}", "name each worker once")
         out.append(ep)
     return out
+
+
+def _host_key(host: str) -> str:
+    """One spelling of a host as ggml-rpc's gethostbyname reads it: a name in any case, an IPv4
+    address in any form inet_aton takes (127.1, 0x7f.0.0.1)."""
+    try:
+        return socket.inet_ntoa(socket.inet_aton(host))
+    except OSError:
+        return host.lower()
+
+
+def check_distinct(endpoints: Sequence[Endpoint]) -> None:
+    """No two endpoints are one worker by their address (localhost:P and 127.0.0.1:P), which
+    parse cannot tell without resolving names; a name that does not resolve is left to the probe."""
+    seen: dict[tuple[str, int], Endpoint] = {}
+    for ep in endpoints:
+        try:
+            addr = socket.gethostbyname(ep.host)  # IPv4, as llama-server connects
+        except OSError:
+            continue
+        first = seen.setdefault((addr, ep.port), ep)
+        if first is not ep:
+            raise UsageError(f"--rpc {join(endpoints)}: {first} and {ep} are one worker ({addr}:{ep.port})",
+                             "name each worker once")
 
 
 def join(endpoints: Sequence[Endpoint | str]) -> str:
@@ -101,7 +130,9 @@ def next_step(worker: str) -> str:
 
 
 def check_reachable(endpoints: Sequence[Endpoint]) -> None:
-    """Before a launch: every worker answers, or an error naming those that do not."""
+    """Before a launch: the workers are distinct and every one answers, or an error naming those
+    that do not."""
+    check_distinct(endpoints)
     lost = unreachable(endpoints)
     if lost:
         lines = "; ".join(f"worker {w} is not reachable ({why})" for w, why in lost.items())
