@@ -160,6 +160,39 @@ def test_an_instance_folder_deleted_while_running_is_made_again(fake: Fake) -> N
     assert_none_left(fake)
 
 
+@pytest.mark.parametrize("deleted", ["lock", "folder"])
+def test_a_deleted_lock_file_lets_no_second_supervisor_run(fake: Fake, deleted: str) -> None:
+    """The lock file (or the instance folder) deleted under a running supervisor: a `buun start` of
+    the name before the supervisor's next check made its files again took a new lock file and ran
+    a second supervisor and server beside it. The supervisor is held stopped (SIGSTOP) meanwhile,
+    so the start always comes in that window; the instance's guard refuses it."""
+    import shutil
+
+    port = free_port()
+    fake.start("twin", port)
+    rec = fake.record("twin")
+    sup, server = psutil.Process(rec["supervisor"]["pid"]), rec["server"]["pid"]
+    d = fake.dir("twin")
+    sup.suspend()
+    try:
+        if deleted == "lock":
+            (d / "lock").unlink()
+            st = json.loads(fake("status", "twin", "--json", check=True).stdout)
+            assert st["running"] and st["supervisor"]["pid"] == sup.pid, st
+        else:
+            shutil.rmtree(d)
+        r = fake("start", *fake.launch_args("twin", free_port()))
+        assert r.returncode == 8, (r.stdout, r.stderr)
+        assert "instance twin is already running: its supervisor lives on" in " ".join(r.stderr.split())
+    finally:
+        sup.resume()
+    assert {p.pid for p in fake.ours()} == {sup.pid, server}  # no second supervisor, no second server
+    fake.wait("twin", lambda r: r["state"] == "ready" and r["server"]["pid"] == server and (d / "lock").exists())
+    assert healthy(port)
+    fake("stop", "twin", check=True)
+    assert_none_left(fake)
+
+
 def test_serve_stops_when_its_terminal_closes(fake: Fake) -> None:
     """`buun serve` in a terminal that closes (an SSH session dropped) gets SIGHUP, which also
     means `buun restart`: it relaunched llama-server, then died with a traceback at the first line

@@ -52,6 +52,18 @@ def busy_error(inst: Instance) -> AlreadyRunning:
                           f"`{inst.command('status')}` shows it")
 
 
+def take_guard(inst: Instance, fd: int) -> int:
+    """The instance's guard, taken with its lock `fd`, or the lock let go and the error: a start
+    got the lock of a lock file made anew while a supervisor still runs (instance.py)."""
+    guard = inst.take_guard()
+    if guard is None:
+        os.close(fd)
+        raise AlreadyRunning(f"{_kind(inst)} {inst.name} is already running: its supervisor lives on, though its lock "
+                             "file was deleted", f"it makes its files again within seconds: `{inst.command('status')}` "
+                             f"shows it, `{inst.command('stop')}` stops it")
+    return guard
+
+
 def _kind(inst: Instance) -> str:
     return "instance" if inst.program == "llama-server" else "worker"
 
@@ -93,6 +105,7 @@ def launch(spec: LaunchSpec, api_key: str | None, *, foreground: Listener | None
     fd = inst.try_lock()
     if fd is None:
         raise busy_error(inst)
+    guard = take_guard(inst, fd)
     try:
         try:
             check_port(spec)
@@ -105,31 +118,33 @@ def launch(spec: LaunchSpec, api_key: str | None, *, foreground: Listener | None
         if foreground is not None:
             Supervisor(spec, inst, api_key, foreground, fd).run()
             return inst.read()
-        sup = _spawn_supervisor(spec, inst, api_key, fd)
+        sup = _spawn_supervisor(spec, inst, api_key, fd, guard)
     finally:
-        os.close(fd)  # a detached supervisor holds the lock through its own copy of the fd
+        os.close(fd)  # a detached supervisor holds the lock and the guard through its own copies
+        os.close(guard)
     return wait_for(inst, spec.run_id, sup, progress) if wait else None
 
 
-def _spawn_supervisor(spec: LaunchSpec, inst: Instance, api_key: str | None, fd: int) -> subprocess.Popen[bytes]:
-    """`python -m buun_tool.server.supervisor NAME --lock-fd FD` in a session of its own."""
+def _spawn_supervisor(spec: LaunchSpec, inst: Instance, api_key: str | None, fd: int,
+                      guard: int) -> subprocess.Popen[bytes]:
+    """`python -m buun_tool.server.supervisor NAME --lock-fd FD --guard-fd FD` in a session of its own."""
     env = dict(os.environ)
     env.pop(API_KEY_ENV, None)
     if api_key:
         env[API_KEY_ENV] = api_key
-    return spawn_detached("buun_tool.server.supervisor", inst, fd, env)
+    return spawn_detached("buun_tool.server.supervisor", inst, fd, guard, env)
 
 
-def spawn_detached(module: str, inst: Instance, fd: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """`python -m MODULE NAME --lock-fd FD` in a session of its own, its output in the instance's
-    supervisor.log: a supervisor that outlives the command that started it."""
+def spawn_detached(module: str, inst: Instance, fd: int, guard: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """`python -m MODULE NAME --lock-fd FD --guard-fd FD` in a session of its own, its output in
+    the instance's supervisor.log: a supervisor that outlives the command that started it."""
     pkg_root = str(Path(buun_tool.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
     with open_private(inst.supervisor_log) as out:
         return subprocess.Popen(
-            [sys.executable, "-m", module, inst.name, "--lock-fd", str(fd)],
+            [sys.executable, "-m", module, inst.name, "--lock-fd", str(fd), "--guard-fd", str(guard)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-            pass_fds=(fd,), start_new_session=True, cwd=pkg_root,
+            pass_fds=(fd, guard), start_new_session=True, cwd=pkg_root,
         )
 
 

@@ -4,14 +4,23 @@ The lock (fcntl.flock on `lock`) is held by the instance's supervisor for its wh
 "the lock is held" is the one true answer to "is it running": no PID check can race with a
 start. Only the lock holder writes the state record; readers cope with a record left behind
 by a supervisor that died (stale: the lock is free, or the PID now belongs to another program).
+
+A lock file can be deleted under its holder (`rm -rf` of the state folder): a start that made a
+new one would take it and run beside the supervisor, which makes its files again only at its next
+check. So a launch also takes the instance's guard, an abstract Unix socket (Linux) bound for the
+supervisor's life, which no file operation removes; a start that gets the lock but not the guard
+is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import hashlib
 import json
 import os
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +30,7 @@ import psutil
 
 from buun_tool import paths
 from buun_tool.errors import Exit, UsageError
-from buun_tool.fsutil import PRIVATE_FILE, private_dir, write_json_atomic
+from buun_tool.fsutil import PRIVATE_FILE, open_private, private_dir, write_json_atomic
 from buun_tool.server.state import ProcRef, Record
 
 
@@ -87,18 +96,67 @@ class Instance:
     def is_locked(self) -> bool:
         """Is a supervisor alive for this instance? Probes the lock shared and lets it go: two
         probes never see each other as a supervisor (an exclusive probe did, and failed a start
-        or stop that came at the same moment)."""
+        or stop that came at the same moment). A lock file deleted under it: its guard says."""
         try:
             fd = os.open(self.lock_file, os.O_RDONLY)
         except FileNotFoundError:
-            return False
+            return self.guarded()
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return True
         finally:
             os.close(fd)
-        return False
+        return self.guarded()
+
+    def _guard_name(self, make_key: bool) -> bytes | None:
+        """The guard's abstract socket name: this instance's folder under a random key of this
+        user's (guard.key, 0600), so that another user cannot take the name first and block it;
+        None when there is no key (`make_key` off)."""
+        key = paths.state_dir() / "guard.key"
+        if make_key and not key.exists():
+            private_dir(key.parent)
+            part = key.with_name(f".guard.key.{os.getpid()}")
+            with open_private(part, append=False) as f:
+                f.write(os.urandom(32))
+            try:
+                os.link(part, key)  # whole, and the first one made wins
+            except FileExistsError:
+                pass
+            finally:
+                part.unlink()
+        try:
+            secret = key.read_bytes()
+        except FileNotFoundError:
+            return None
+        return b"\0buun/" + hashlib.sha256(secret + os.fsencode(self.dir.resolve())).hexdigest().encode()
+
+    def take_guard(self) -> int | None:
+        """An fd (a socket) holding the instance's guard, or None when another process holds it."""
+        name = self._guard_name(make_key=True)
+        assert name is not None
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            s.bind(name)
+        except OSError as exc:
+            s.close()
+            if exc.errno == errno.EADDRINUSE:
+                return None
+            raise
+        return s.detach()
+
+    def guarded(self) -> bool:
+        """Does a process hold the instance's guard? A datagram socket connects to a bound name
+        only: the probe takes nothing."""
+        name = self._guard_name(make_key=False)
+        if name is None:
+            return False
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            try:
+                s.connect(name)
+            except OSError:
+                return False
+        return True
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[int]:

@@ -16,9 +16,9 @@ once the worker answers, and waiting for it counts as no crash.
 The same loop runs an RPC worker (worker.py's WorkerSupervisor): the hooks below
 (`_new_record`, `_ready_probe`, `_health`, `_diagnose`, `_env`) are where the two differ.
 
-Run detached by `buun start` as `python -m buun_tool.server.supervisor NAME --lock-fd N`, in the
-foreground by `buun serve`, and by a systemd unit as `... NAME --spec FILE` (the launch spec
-`buun service install` saved), which launches it as `buun serve` does.
+Run detached by `buun start` as `python -m buun_tool.server.supervisor NAME --lock-fd N
+--guard-fd M`, in the foreground by `buun serve`, and by a systemd unit as `... NAME --spec FILE`
+(the launch spec `buun service install` saved), which launches it as `buun serve` does.
 """
 
 from __future__ import annotations
@@ -237,8 +237,8 @@ class Supervisor:
     def _watch(self) -> None:
         """Every WATCH_EVERY s: the instance's files are the ones this supervisor keeps. Deleted or
         damaged while it runs (its folder removed, the record cut short), they are made again: else
-        `buun status` says the instance is stopped while it serves, `buun stop` cannot find it, and
-        a new lock file lets a second `buun start` of the name run beside it."""
+        `buun status` says the instance is stopped while it serves and `buun stop` cannot find it
+        (until then, the guard keeps a second `buun start` of the name from running: instance.py)."""
         self._keep_lock()
         if self.unsaved or _file_key(self.inst.state_file) != self.saved:
             self._save()
@@ -579,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     how = parser.add_mutually_exclusive_group(required=True)
     how.add_argument("--lock-fd", type=int, help="inherited fd holding the instance lock (buun start)")
     how.add_argument("--spec", type=Path, help="launch this saved spec, as `buun serve` does (the systemd unit)")
+    parser.add_argument("--guard-fd", type=int, help="inherited fd holding the instance's guard, with --lock-fd")
     args = parser.parse_args(argv)
     listener = report
     try:
@@ -600,6 +601,8 @@ def main(argv: list[str] | None = None) -> int:
             Supervisor(spec, inst, os.environ.get(API_KEY_ENV), listener, args.lock_fd).run()
         finally:
             os.close(args.lock_fd)
+            if args.guard_fd is not None:
+                os.close(args.guard_fd)
     except BuunError as exc:
         listener("failed", f"{exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
         return int(exc.exit_code)

@@ -201,15 +201,17 @@ def launch(spec: WorkerSpec, *, wait: bool = True, progress: control.Progress | 
     fd = inst.try_lock()
     if fd is None:
         raise control.busy_error(inst)
+    guard = control.take_guard(inst, fd)
     try:
         _check_port(spec)
         inst.write_spec(spec.to_json())
         if foreground is not None:
             WorkerSupervisor(spec, inst, listener=foreground, lock_fd=fd).run()  # type: ignore[arg-type]
             return inst.read()
-        sup = control.spawn_detached("buun_tool.server.worker", inst, fd, dict(os.environ))
+        sup = control.spawn_detached("buun_tool.server.worker", inst, fd, guard, dict(os.environ))
     finally:
         os.close(fd)
+        os.close(guard)
     return control.wait_for(inst, spec.run_id, sup, progress) if wait else None
 
 
@@ -292,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Supervise one RPC worker, detached (`buun worker start`).")
     parser.add_argument("name")
     parser.add_argument("--lock-fd", type=int, required=True, help="inherited fd holding the worker's lock")
+    parser.add_argument("--guard-fd", type=int, required=True, help="inherited fd holding the worker's guard")
     args = parser.parse_args(argv)
     listener = report
     inst = WorkerInstance(args.name)
@@ -308,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.exit_code)
     finally:
         os.close(args.lock_fd)
+        os.close(args.guard_fd)
     return 0
 
 
