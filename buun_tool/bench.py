@@ -42,7 +42,7 @@ from buun_tool import bench_configs, build, cmdline, console, figures, patches, 
 from buun_tool.bench_configs import Overrides, ServerConfig, configs
 from buun_tool.errors import BuunError, Exit, NotReadyError, UsageError
 from buun_tool.server import devices, gpu, metrics, process
-from buun_tool.server.health import Probe, TookTooLong, within
+from buun_tool.server.health import Probe, Session, TookTooLong, within
 from buun_tool.server.local import LocalServer
 
 SUITES = ("code", "math", "prose")
@@ -208,21 +208,22 @@ def send(url: str, prompt: Prompt, mode: str, n_predict: int, seed: int, timeout
     per read, so a server that trickled its bytes, or streamed without end, held the bench forever."""
     limit = request_timeout(n_predict) if timeout is None else timeout
     try:
-        return within(limit, partial(_stream, url, prompt, mode, n_predict, seed, limit))
+        session = Session()
+        return within(limit, partial(_stream, session, url, prompt, mode, n_predict, seed, limit), session)
     except TookTooLong:
         raise BuunError(f"{url}{request_body(prompt, mode, n_predict, seed)[0]} took more than {limit:g} s for one "
                         f"request of {n_predict} tokens", "is the server busy with other clients, or stalled? "
                         "`buun bench` gives a request 10 minutes and a second per token") from None
 
 
-def _stream(url: str, prompt: Prompt, mode: str, n_predict: int, seed: int, limit: float, stop: threading.Event
-            ) -> tuple[dict[str, Any], float | None]:
+def _stream(session: Session, url: str, prompt: Prompt, mode: str, n_predict: int, seed: int, limit: float,
+            stop: threading.Event) -> tuple[dict[str, Any], float | None]:
     path, body = request_body(prompt, mode, n_predict, seed)
     where = url + path
     t0 = time.perf_counter()
     ttft, timings = None, None
-    session = requests.Session()
-    session.trust_env = False  # the server at --url, as its /health was asked (Probe): no proxy in between
+    # `session`: no proxy in between (the server at --url, as its /health was asked), and cut by
+    # `within` when it gives up
     try:
         # no redirect followed: the server measured is the one at --url, not another host it names
         with session, session.post(where, json=body, stream=True, timeout=limit, allow_redirects=False) as resp:

@@ -53,6 +53,21 @@ def forever(head: bytes, piece: bytes, status: int = 200, pause: float = 0.0) ->
     return answer
 
 
+def trickled_head(gone: threading.Event, pause: float = 0.05) -> Answer:
+    """A status line, then one header a byte every `pause` s, never ended: `gone` is set once the
+    client has closed the connection (a write fails)."""
+    def answer(h: BaseHTTPRequestHandler) -> None:
+        try:
+            h.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            while True:
+                h.wfile.write(b"x")
+                h.wfile.flush()
+                time.sleep(pause)
+        except OSError:
+            gone.set()
+    return answer
+
+
 def status(code: int, body: bytes = b"", **headers: str) -> Answer:
     def answer(h: BaseHTTPRequestHandler) -> None:
         h.send_response(code)

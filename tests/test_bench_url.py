@@ -6,6 +6,7 @@ one-line error saying what the server did, soon, never a traceback or a bench th
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -13,8 +14,9 @@ import pytest
 
 from buun_tool import bench
 from buun_tool.errors import BuunError
+from buun_tool.server.health import Probe
 from tests.bench_files import bench_cli, said
-from tests.hostile_server import Answer, forever, good, serve, status, stream, with_timings
+from tests.hostile_server import Answer, forever, good, serve, status, stream, trickled_head, with_timings
 
 
 def _bench(url: str, out: Path) -> tuple[int, str]:
@@ -100,6 +102,31 @@ def test_a_server_that_trickles_its_stream_is_given_up_on(tmp_path: Path) -> Non
             bench.send(url, prompt, "raw", 4, seed=1, timeout=1.5)
         assert time.monotonic() - start < 3
     assert bench.request_timeout(256) == 856.0  # 10 minutes and a second a token
+
+
+@pytest.mark.parametrize("where", ["bench", "probe"])
+def test_a_server_that_trickles_its_headers_is_cut_off(where: str) -> None:
+    """Headers a byte at a time: the request was given up on at its deadline, but its thread went
+    on reading them, its connection open, for as long as the server kept sending. Now the
+    connection is closed and the thread ends with the deadline (bench's requests and the probes
+    of /health, /slots and /metrics alike)."""
+    gone = threading.Event()
+    before = {t for t in threading.enumerate() if t.name == "buun-http"}
+    answer = trickled_head(gone)
+    with serve(answer, health=answer) as url:  # its POST and its /health
+        start = time.monotonic()
+        if where == "bench":
+            with pytest.raises(BuunError, match=r"took more than 1.5 s"):
+                bench.send(url, bench.Prompt("math", "m", "2+2?"), "raw", 4, seed=1, timeout=1.5)
+        else:
+            probe = Probe(url)
+            try:
+                assert probe.health(timeout=1.5).detail == "timed out after 1.5 s"
+            finally:
+                probe.close()
+        left = [t for t in threading.enumerate() if t.name == "buun-http" and t not in before]
+        assert not left and time.monotonic() - start < 2.5
+        assert gone.wait(1), "the connection is still open"
 
 
 def test_the_credentials_of_the_url_stay_out_of_bench_json(tmp_path: Path) -> None:

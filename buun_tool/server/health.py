@@ -9,26 +9,80 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import requests
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 T = TypeVar("T")
 MAX_BODY = 16 << 20  # /metrics, /slots and /props are KBs; a body past this is not theirs and is not read on
+CUT_GRACE = 1.0  # seconds a call given up on has to end once its connections are cut
 
 
 class TookTooLong(Exception):
     pass
 
 
-def within(seconds: float, call: Callable[[threading.Event], T]) -> T:
+class Session(requests.Session):
+    """A requests session whose open connections another thread can cut (`cut`): a read blocked in
+    one, even of the response's headers, returns at once. No proxy from the environment: the
+    server is the one at the URL."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trust_env = False
+        self._conns: list[HTTPConnection] = []
+        adapter = _Watched(self._conns)
+        self.mount("http://", adapter)
+        self.mount("https://", adapter)
+
+    def cut(self) -> None:
+        for conn in list(self._conns):
+            sock = conn.sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:  # closed (or wrapped in TLS) meanwhile
+                    pass
+
+
+class _Watched(HTTPAdapter):
+    """An adapter whose pools list each connection they make in `conns` (those closed dropped)."""
+
+    def __init__(self, conns: list[HTTPConnection]):
+        self.conns = conns  # before HTTPAdapter's __init__, which makes the pool manager
+        super().__init__()
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        conns = self.conns
+
+        def watched(base: type[HTTPConnectionPool]) -> type[HTTPConnectionPool]:
+            class Pool(base):  # type: ignore[valid-type, misc]
+                def _new_conn(self) -> Any:
+                    conn = super()._new_conn()
+                    conns[:] = [c for c in conns if c.sock is not None]  # a long-lived probe's stay few
+                    conns.append(conn)
+                    return conn
+            return Pool
+
+        self.poolmanager.pool_classes_by_scheme = {"http": watched(HTTPConnectionPool),
+                                                   "https": watched(HTTPSConnectionPool)}
+
+
+def within(seconds: float, call: Callable[[threading.Event], T], session: Session) -> T:
     """call(stop) on a thread of its own, waited on for `seconds` at most: its result (or its
-    exception, raised here); TookTooLong when it is not done by then, with `stop` set for a call
-    that reads a body to end at its next read. requests' timeout is per read: a server that
-    trickles its bytes, or never ends its body, held a plain call forever."""
+    exception, raised here); TookTooLong when it is not done by then, once `stop` is set and the
+    connections of `session` (the one the call uses) are cut, so that the call ends then and
+    holds no socket. requests' timeout is per read: a server that trickles its bytes (its
+    headers too), or never ends its body, held a plain call forever, and a given-up call's
+    thread and connection as long as the server went on."""
     stop, done = threading.Event(), {}
 
     def work() -> None:
@@ -42,6 +96,8 @@ def within(seconds: float, call: Callable[[threading.Event], T]) -> T:
     worker.join(seconds)
     if worker.is_alive():
         stop.set()
+        session.cut()
+        worker.join(CUT_GRACE)
         raise TookTooLong
     if "error" in done:
         raise done["error"]
@@ -58,8 +114,7 @@ class Probe:
     def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 2.0):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        self._s = requests.Session()
-        self._s.trust_env = False
+        self._s = Session()
         if api_key:
             self._s.headers["Authorization"] = f"Bearer {api_key}"
 
@@ -81,7 +136,7 @@ class Probe:
                 return r.status_code, bytes(body)
 
         try:
-            return within(seconds, fetch)
+            return within(seconds, fetch, self._s)
         except TookTooLong:
             raise requests.Timeout(f"{path}: no whole answer within {seconds:g} s") from None
 
