@@ -39,6 +39,44 @@ def exit_interrupted() -> None:
     raise SystemExit(int(Exit.INTERRUPTED))
 
 
+class Terminated(SystemExit):
+    """A SIGTERM or SIGHUP (`kill`, systemd, a closed terminal) raised where the program is: their
+    default action ends Python at once, skipping its `finally` blocks (a half-written file left
+    under its temporary name, a child left running). Exits 128 + the signal, as a shell reports it."""
+
+    def __init__(self, signum: int):
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
+_terminating = False
+
+
+def raise_terminated(signum: int, frame: object) -> None:
+    """The handler of SIGTERM and SIGHUP for every command (`python -m buun_tool` installs it);
+    the supervisor (`buun serve`, `buun worker`) puts its own in its place while it runs, then
+    puts it back; LocalServer installs this one for SIGTERM, for a caller that has none."""
+    global _terminating
+    if _terminating:  # a second one must not cut short the cleanup the first one started
+        return  # (SIGKILL still ends it at once)
+    _terminating = True
+    raise Terminated(signum)
+
+
+def exit_terminated(exc: Terminated) -> None:
+    """exit_interrupted's line for a SIGTERM or SIGHUP, and its exit status; after a SIGHUP the
+    terminal may be gone, and the line with it."""
+    import signal
+    import sys
+
+    try:
+        sys.stderr.write(f"stopped by {signal.Signals(exc.signum).name}: re-run the same command to resume\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    raise SystemExit(exc.code) from None
+
+
 class BuunError(Exception):
     """A failure with a message for the user and a hint saying what to do next."""
 

@@ -23,15 +23,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from buun_tool.errors import BuunError, Exit
+from buun_tool.errors import BuunError, Exit, raise_terminated
 from buun_tool.server import command, loglines, process
 from buun_tool.server.health import Probe
 
 READY_PROBE_EVERY = 0.25  # seconds between /health probes while loading
-
-
-def _raise_exit(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
 
 
 def _address(argv: Sequence[str]) -> tuple[str, int]:
@@ -80,8 +76,9 @@ class LocalServer:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if threading.current_thread() is threading.main_thread():
-            # a `kill` of buun unwinds through stop() instead of leaving the server behind
-            self._old_sigterm = signal.signal(signal.SIGTERM, _raise_exit)
+            # a `kill` unwinds through stop() instead of leaving the server behind: `buun` itself
+            # has this handler already (__main__), a test or a script using LocalServer may not
+            self._old_sigterm = signal.signal(signal.SIGTERM, raise_terminated)
         try:
             with open(self.log_path, "wb") as log:
                 log.write(("$ " + shlex.join(self.argv) + "\n").encode())
