@@ -33,7 +33,7 @@ from typing import Any
 
 from buun_tool import build, console, drafter, paths, vendor
 from buun_tool.errors import BuunError, Exit, NotReadyError
-from buun_tool.fsutil import sha256_file, write_json_atomic
+from buun_tool.fsutil import clear_leftovers, replaced, sha256_file, write_json_atomic
 from buun_tool.gguf_tools import GLOBAL_TENSORS, LAYER_TENSORS, OPTIONAL_TENSORS, GgufFile
 from buun_tool.proc import run_logged
 from buun_tool.pull import DISK_RESERVE, Layout, disk_hint, layout, require_pulled, unchanged
@@ -121,16 +121,6 @@ def converter_python(cache: Path | None = None) -> Path:
 
 
 # --- small helpers --------------------------------------------------------------------------
-
-def _partial(final: Path) -> Path:
-    return final.with_name(f".{final.name}.{os.getpid()}.partial")
-
-
-def _clear_partials(folder: Path) -> None:
-    """Leftovers of a run that was killed (its own cleanup never ran)."""
-    for p in folder.glob(".*.partial"):
-        p.unlink(missing_ok=True)
-
 
 def check_disk(lay: Layout, recipe: Recipe) -> None:
     """Room for the intermediate (about the checkpoint's size) and the quantized file."""
@@ -421,26 +411,18 @@ def _convert_to(lay: Layout, python: Path, final: Path, outtype: str, log: Path,
                 facts: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """Run the converter into a temporary name; verify it when `facts` are given (the file is
     the final one); rename it into place only then."""
-    tmp = _partial(final)
-    try:
+    with replaced(final, "partial") as tmp:
         run_converter(python, lay.drafter_dir, lay.tokenizer_dir, tmp, outtype, log)
         if not tmp.is_file():
             raise BuunError(f"the converter finished but wrote no {tmp}", f"see {log}")
         report = verify(tmp, facts, outtype) if facts is not None else None
-        os.replace(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)
     return report
 
 
 def _quantize_to(src: Path, final: Path, quant: str, facts: dict[str, Any], log: Path) -> dict[str, Any]:
-    tmp = _partial(final)
-    try:
+    with replaced(final, "partial") as tmp:
         run_quantize(src, tmp, quant, log)
         report = verify(tmp, facts, quant)
-        os.replace(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)
     return report
 
 
@@ -487,7 +469,7 @@ def convert(recipe: Recipe, models_dir: Path, force: bool = False,
     inputs = inputs_of(recipe, models_dir, python, outtype, rehash=True)  # byte for byte what the converter reads
     console.info(f"making {final.name}: {status.detail}")  # after the checks above, which say it better
     lay.gguf_dir.mkdir(parents=True, exist_ok=True)
-    _clear_partials(lay.gguf_dir)
+    clear_leftovers(lay.gguf_dir, "partial")  # also a killed run's of a file this one does not write
     check_disk(lay, recipe)
     log = _log_path(recipe)
     log.parent.mkdir(parents=True, exist_ok=True)

@@ -12,9 +12,7 @@ points the converter at.
 from __future__ import annotations
 
 import filecmp
-import glob
 import json
-import os
 import re
 import shutil
 import struct
@@ -22,13 +20,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from buun_tool import console
 from buun_tool.errors import BuunError, NotReadyError, UsageError
+from buun_tool.fsutil import clear_leftovers, replaced
 from buun_tool.pull import layout, require_pulled
 from buun_tool.recipes import Recipe, is_index, shown
-from buun_tool.server.command import is_count
 from buun_tool.stage import StageStatus, current, stale
 
 DRAFTER_ARCHITECTURES = ("DFlashDraftModel", "DFlash2DraftModel")
@@ -261,24 +257,9 @@ def _copy_if_changed(src: Path, dst: Path) -> bool:
     """Copy through a temporary name (a reader never sees half a file); False when equal."""
     if dst.is_file() and filecmp.cmp(src, dst, shallow=False):
         return False
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-    try:
+    with replaced(dst) as tmp:  # a full disk or a Ctrl-C leaves no half copy behind
         shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk or a Ctrl-C leaves no half copy behind
-        raise
     return True
-
-
-def _clear_dead_copies(folder: Path, names: tuple[str, ...]) -> None:
-    """The temporary copies of a run that was killed (SIGKILL, a power cut: its own cleanup never
-    ran), named by its pid; a live process's copy is its own to finish."""
-    for name in names:
-        for tmp in folder.glob(f".{glob.escape(name)}.*.tmp"):
-            pid = tmp.name[len(name) + 2:-len(".tmp")]
-            if is_count(pid) and not psutil.pid_exists(int(pid)):
-                tmp.unlink(missing_ok=True)
 
 
 def tokenizer_files(recipe: Recipe) -> tuple[str, ...]:
@@ -314,8 +295,8 @@ def prepare(recipe: Recipe, models_dir: Path) -> DrafterFolder:
     drafter_dir, _ = require_pulled(recipe, "drafter", models_dir)
     tok_dir, _ = require_pulled(recipe, "tokenizer", models_dir)
     copied, same = [], []
-    _clear_dead_copies(drafter_dir, names)
     for name in names:
+        clear_leftovers(drafter_dir, "tmp", name)  # a killed run's half copy, also of a file not copied again
         (copied if _copy_if_changed(tok_dir / name, drafter_dir / name) else same).append(name)
     facts = check_folder(recipe, models_dir)
     check_readable(recipe, models_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -10,7 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import psutil
+
 from buun_tool.errors import DISK_FULL, disk_full
+from buun_tool.server.command import is_count
 
 
 def sha256_file(path: Path) -> str:
@@ -45,7 +49,9 @@ def replaced(path: Path, suffix: str = "tmp") -> Iterator[Path]:
     """A temporary name beside `path` (`.NAME.PID.SUFFIX`: concurrent writers never share one) for
     the block to write; renamed over `path` when the block ends, and the rename on the disk before
     this returns. On any failure (a full disk, Ctrl-C) the temporary file is removed and the old
-    `path` stays; a full disk is the error naming `path`, not the temporary file."""
+    `path` stays; a full disk is the error naming `path`, not the temporary file. What writers of
+    `path` killed outright left is removed first (clear_leftovers)."""
+    clear_leftovers(path.parent, suffix, path.name)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{suffix}")
     try:
         yield tmp
@@ -56,6 +62,44 @@ def replaced(path: Path, suffix: str = "tmp") -> Iterator[Path]:
         if isinstance(exc, OSError) and exc.errno in DISK_FULL:
             raise disk_full(exc, f"write {path}") from exc
         raise
+
+
+# How much later than a temporary file's last change its PID's process must have started to be
+# another one: psutil's start time counts from the boot time in whole seconds, and a clock set
+# forward moves it; too small a margin would take a live writer's file for a dead one's.
+PID_REUSE_MARGIN_S = 60.0
+
+
+def clear_leftovers(folder: Path, suffix: str, name: str | None = None) -> None:
+    """The temporary files (`.NAME.PID.SUFFIX`, as `replaced` names them) of writers that were
+    killed outright (SIGKILL, the OOM killer, a power cut: their own cleanup never ran), of `name`
+    or of any file in `folder`. A file stays while its PID runs a process that was there when the
+    file last changed: a live writer's, to finish. A PID whose process started later was reused.
+    Another user's file stays too: whether its writer lives is not ours to judge (it may run in
+    a PID namespace of its own, and the folder may not let us remove it). A writer in another PID
+    namespace of this user (another container sharing the folder) cannot be seen from here."""
+    pattern = f".{glob.escape(name) if name is not None else '*'}.*.{glob.escape(suffix)}"
+    for tmp in folder.glob(pattern):
+        stem, _, pid = tmp.name[1:-len(suffix) - 1].rpartition(".")
+        if (name is not None and stem != name) or not is_count(pid):
+            continue
+        try:
+            st = tmp.lstat()
+            if st.st_uid != os.geteuid() or _writes(int(pid), st.st_mtime):
+                continue
+            tmp.unlink()
+        except FileNotFoundError:  # its writer renamed it meanwhile, or another run cleared it
+            pass
+
+
+def _writes(pid: int, changed: float) -> bool:
+    """Whether process `pid` may be the one that changed the file at `changed` (epoch seconds)."""
+    try:
+        return psutil.Process(pid).create_time() <= changed + PID_REUSE_MARGIN_S
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:  # not ours to see: take it for alive
+        return True
 
 
 def _sync_dir(folder: Path) -> None:

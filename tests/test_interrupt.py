@@ -1,6 +1,7 @@
 """Ctrl-C, wherever it lands: one line, exit 130, never a traceback. Real SIGINTs to a real
 `python -m buun_tool`, through a terminal where the command waits for one. SIGTERM and SIGHUP
-(`kill`, systemd, a closed terminal) unwind the same way, with exit 128 + the signal."""
+(`kill`, systemd, a closed terminal) unwind the same way, with exit 128 + the signal. SIGKILL runs
+no cleanup: the next run clears what it left."""
 
 from __future__ import annotations
 
@@ -116,3 +117,39 @@ def test_sigterm_or_sighup_mid_write_unwinds(tmp_path: Path, sig: signal.Signals
     assert err.strip().splitlines()[-1] == f"stopped by {sig.name}: re-run the same command to resume", err
     assert "Traceback" not in err
     assert not partial.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_what_a_sigkill_left_goes_with_the_next_write_of_the_file(tmp_path: Path) -> None:
+    """`kill -9` or the OOM killer: no cleanup runs, and the hidden .partial stayed for good (the
+    size of the model, one more each time). The next write of the same file removes it; not the
+    file of a live writer, and not another user's; a PID now another process's (started after the
+    file last changed: the PID was reused) is no writer."""
+    cmd = [sys.executable, "-m", "buun_tool", "synth", "--scale", "tiny", "--out", str(tmp_path)]
+    proc = subprocess.Popen(cmd, env=_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    left = _wait_for(tmp_path, ".*.partial", proc)
+    proc.kill()
+    proc.communicate()
+    assert left.exists()
+    final = left.name[1:].rsplit(".", 2)[0]
+    live = tmp_path / f".{final}.{os.getpid()}.partial"  # this process is writing it
+    live.write_bytes(b"half")
+    sleeper = subprocess.Popen(["sleep", "60"])
+    reused = tmp_path / f".{final}.{sleeper.pid}.partial"
+    reused.write_bytes(b"half")
+    an_hour_ago = time.time() - 3600  # before the sleeper started: its PID was another process's then
+    os.utime(reused, (an_hour_ago, an_hour_ago))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    foreign = tmp_path / f".{final}.{gone.pid}.partial"
+    if os.geteuid() == 0:  # another user's, its PID gone too (only root can make one)
+        foreign.write_bytes(b"half")
+        os.chown(foreign, 65534, 65534)
+    try:
+        again = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=60)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / final).is_file()
+    assert not left.exists() and not reused.exists() and live.exists()
+    assert foreign.exists() == (os.geteuid() == 0)
