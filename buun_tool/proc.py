@@ -1,14 +1,80 @@
-"""Running external commands: captured, logged, and failing with the command's last lines."""
+"""Running external commands: captured, logged, and failing with the command's last lines. None
+outlives buun: each dies with it (dies_with_us), and one that an exception interrupts (Ctrl-C,
+SIGTERM, a full disk while logging) is stopped with everything it started (stop_tree)."""
 
 from __future__ import annotations
 
 import collections
+import ctypes
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import psutil
+
 from buun_tool.errors import CommandError
+
+_PR_SET_PDEATHSIG = 1
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up now: the child must not import
+except (OSError, AttributeError):  # not Linux
+    _prctl = None
+
+
+def dies_with_us() -> Callable[[], None]:
+    """A preexec_fn: the kernel SIGKILLs the child when this process dies, also when it dies
+    without running any code of its own (SIGKILL, the OOM killer), instead of leaving it to run
+    until it next writes to the pipe we read (a converter, llama-quantize, llama-server).
+
+    The death signal follows the *thread* that forked: a child kept beyond the call that started
+    it must come from the main thread. It is not inherited either: what the child starts (ninja
+    under `cmake --build`, ninja's compilers) lives on. Reaching those would take a process of
+    ours that outlives us (a subreaper watching the tree): too much for what is left, since ninja
+    dies at its next status line (the pipe it writes has no reader left: SIGPIPE) and its
+    compilers, each in a process group of its own, end with the file they compile, whole. SIGKILL,
+    not SIGTERM, because cmake --build lets SIGTERM wait for ninja's end."""
+    parent = os.getpid()
+
+    def arm() -> None:  # in the child, between fork and exec
+        if _prctl is not None:
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return arm
+
+
+def stop_tree(proc: subprocess.Popen[str], grace: float = 5.0) -> None:
+    """Stop a child and every process under it, for an exception that interrupts it: SIGTERM to
+    each, then SIGKILL to what is left after `grace`. Each one, not the child's process group:
+    ninja puts each compiler in a group of its own, and on SIGTERM stops them so that they remove
+    their half-written output; cmake --build waits for ninja, then exits."""
+    try:
+        top = psutil.Process(proc.pid)
+        tree = [top, *top.children(recursive=True)]  # listed before any dies: orphans have no parent to find them by
+    except psutil.NoSuchProcess:
+        tree = []
+    for p in tree:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    deadline = time.monotonic() + grace
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        pass
+    _, alive = psutil.wait_procs(tree[1:], timeout=max(0.0, deadline - time.monotonic()))
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    proc.kill()
+    proc.wait()
 
 
 def run(
@@ -24,7 +90,8 @@ def run(
     """Run a short command, capturing its output; raise CommandError on failure when `check`."""
     full_env = {**os.environ, **env} if env else None
     proc = subprocess.run(
-        [str(c) for c in cmd], cwd=cwd, env=full_env, input=input, capture_output=True, text=True
+        [str(c) for c in cmd], cwd=cwd, env=full_env, input=input, capture_output=True, text=True,
+        preexec_fn=dies_with_us(),
     )
     if check and proc.returncode != 0:
         name = what or " ".join(str(c) for c in cmd[:3])
@@ -63,7 +130,7 @@ def run_logged(
         log.flush()
         proc = subprocess.Popen(
             [str(c) for c in cmd], cwd=cwd, env=full_env, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
+            stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1, preexec_fn=dies_with_us(),
         )
         assert proc.stdout is not None
         try:
@@ -73,8 +140,7 @@ def run_logged(
                 if on_line:
                     on_line(line.rstrip("\n"))
         except BaseException:
-            proc.kill()
-            proc.wait()
+            stop_tree(proc)
             raise
         code = proc.wait()
     if code != 0:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import psutil
 import pytest
 from typer.testing import CliRunner
 
@@ -151,3 +152,82 @@ def test_an_unchanged_upstream_rebuild_is_a_noop(upstream_build_dir: Path, monke
     assert log.stat().st_mtime_ns == before
     assert build.find_upstream_binary("llama-server") == upstream_build_dir / "upstream-cpu" / "bin" / "llama-server"
     assert build.find_binary("llama-server") == upstream_build_dir / "cpu" / "bin" / "llama-server"  # buun's, beside
+
+
+# A stand-in for `cmake` as a build runs it: it starts a "compiler" in a process group of its own
+# (as ninja does), says nothing, and, like cmake --build, lets SIGTERM wait for its child's end.
+FAKE_CMAKE = """#!{python}
+import os, signal, subprocess, sys
+compiler = subprocess.Popen(["sleep", "60"], start_new_session=True)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # after: the compiler would inherit SIG_IGN
+with open({pids!r}, "w") as f:
+    f.write(f"{{os.getpid()}} {{compiler.pid}}")
+compiler.wait()
+"""
+
+
+def _build_with_a_silent_cmake(tmp_path: Path) -> tuple[subprocess.Popen[str], list[psutil.Process]]:
+    """A real `python -m buun_tool build` of the fake project, its cmake the stand-in; returns once
+    the stand-in's "compiler" runs, with [cmake, compiler]."""
+    import os
+    import sys
+    import time
+
+    vendor.vendor()
+    bin_dir, pids = tmp_path / "bin", tmp_path / "pids"
+    bin_dir.mkdir()
+    (bin_dir / "cmake").write_text(FAKE_CMAKE.format(python=sys.executable, pids=str(pids)))
+    (bin_dir / "cmake").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(Path(__file__).parent.parent)}
+    proc = subprocess.Popen([sys.executable, "-m", "buun_tool", "build", "--cpu", "--ui", "none"], env=env,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not (pids.exists() and pids.read_text()) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not (pids.exists() and pids.read_text()):
+        proc.kill()
+        pytest.fail(f"the fake cmake did not start: {proc.communicate()}")
+    return proc, [psutil.Process(int(p)) for p in pids.read_text().split()]
+
+
+def _gone(p: psutil.Process, timeout: float = 0.0) -> bool:
+    """Exited within `timeout` (a zombie has: reaping it is its parent's business)."""
+    try:
+        p.wait(timeout)
+        return True
+    except psutil.TimeoutExpired:
+        try:
+            return p.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+
+def test_a_killed_build_takes_its_cmake_along(fake_project: FakeProject, tmp_path: Path) -> None:
+    """SIGKILL (the OOM killer while a build takes the memory) runs no code of buun's: its cmake
+    went on until it next wrote to the pipe buun no longer read (proc.dies_with_us, which only
+    reaches the child: the "compiler" below it ends with its work)."""
+    proc, (cmake, compiler) = _build_with_a_silent_cmake(tmp_path)
+    try:
+        proc.kill()
+        proc.communicate()
+        assert _gone(cmake, 5), "cmake outlived the build that ran it"
+    finally:
+        for p in (cmake, compiler):
+            if p.is_running():
+                p.kill()
+
+
+def test_a_terminated_build_stops_what_cmake_started(fake_project: FakeProject, tmp_path: Path) -> None:
+    """SIGTERM unwinds `buun build`: its cmake and the "compilers" below it, in process groups of
+    their own, are stopped before buun exits (killing cmake alone left them running)."""
+    proc, (cmake, compiler) = _build_with_a_silent_cmake(tmp_path)
+    try:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 143, err
+        assert err.strip().splitlines()[-1] == "stopped by SIGTERM: re-run the same command to resume", err
+        assert _gone(cmake) and _gone(compiler)
+    finally:
+        for p in (cmake, compiler):
+            if p.is_running():
+                p.kill()

@@ -2,14 +2,13 @@
 process group, free ports and naming whoever holds a port.
 
 llama-server runs in a session (and process group) of its own: a Ctrl-C on the terminal reaches
-only the supervisor, which stops the server in order. PR_SET_PDEATHSIG makes the kernel kill the
-server if the supervisor dies without doing so (SIGKILL, OOM killer). The death signal follows
-the *thread* that forked, so only the supervisor's main thread launches servers.
+only the supervisor, which stops the server in order. proc.dies_with_us (PR_SET_PDEATHSIG) makes
+the kernel kill the server if the supervisor dies without doing so (SIGKILL, OOM killer). The
+death signal follows the *thread* that forked, so only the supervisor's main thread launches servers.
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import signal
@@ -22,27 +21,14 @@ from typing import IO
 
 import psutil
 
-_PR_SET_PDEATHSIG = 1
-try:
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up now: the child must not import
-except (OSError, AttributeError):  # not Linux
-    _prctl = None
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Runs in the child between fork and exec."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
+from buun_tool.proc import dies_with_us
 
 
 def spawn(argv: Sequence[str], env: Mapping[str, str], stdout: int | IO[bytes]) -> subprocess.Popen[bytes]:
     """Start `argv` in a new session, stdout and stderr together, killed if we die."""
-    parent = os.getpid()
     return subprocess.Popen(
         list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT,
-        start_new_session=True, preexec_fn=lambda: _die_with_parent(parent),
+        start_new_session=True, preexec_fn=dies_with_us(),
     )
 
 
