@@ -7,6 +7,8 @@ import glob
 import hashlib
 import json
 import os
+import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -71,7 +73,7 @@ PID_REUSE_MARGIN_S = 60.0
 
 
 def clear_leftovers(folder: Path, suffix: str, name: str | None = None) -> None:
-    """The temporary files (`.NAME.PID.SUFFIX`, as `replaced` names them) of writers that were
+    """The temporary files or folders (`.NAME.PID.SUFFIX`, as `replaced` names them) of writers that were
     killed outright (SIGKILL, the OOM killer, a power cut: their own cleanup never ran), of `name`
     or of any file in `folder`. A file stays while its PID runs a process that was there when the
     file last changed: a live writer's, to finish. A PID whose process started later was reused.
@@ -87,7 +89,10 @@ def clear_leftovers(folder: Path, suffix: str, name: str | None = None) -> None:
             st = tmp.lstat()
             if st.st_uid != os.geteuid() or _writes(int(pid), st.st_mtime):
                 continue
-            tmp.unlink()
+            if stat.S_ISDIR(st.st_mode):  # a scratch folder (vendor's)
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                tmp.unlink()
         except FileNotFoundError:  # its writer renamed it meanwhile, or another run cleared it
             pass
 

@@ -23,7 +23,7 @@ import yaml
 
 from buun_tool import console, paths
 from buun_tool.errors import BuunError, CommandError, Exit, NotReadyError, UsageError
-from buun_tool.fsutil import sha256_file
+from buun_tool.fsutil import clear_leftovers, sha256_file
 from buun_tool.proc import git, run
 from buun_tool.stage import StageStatus, current, stale
 
@@ -284,6 +284,7 @@ def vendor(source: str | None = None, archive: Path | None = None, force: bool =
     pin = load_pin()
     st = state(pin)
     final = paths.llama_dir()
+    clear_leftovers(final.parent, "tmp", final.name)  # the scratch folder of a run that was killed
     if st.present and st.at_pin and not force:
         console.ok(f"vendor/llama.cpp is already at the pin: {st.describe(pin)}")
         return st
@@ -299,7 +300,9 @@ def vendor(source: str | None = None, archive: Path | None = None, force: bool =
     final.parent.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     for kind in kinds:
-        scratch = Path(tempfile.mkdtemp(prefix=".tmp-", dir=final.parent))
+        scratch = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+        shutil.rmtree(scratch, ignore_errors=True)  # this PID's: an earlier run's of the same PID (a container's)
+        scratch.mkdir()
         tree_dir = scratch / "llama.cpp"
         tree_dir.mkdir()
         try:

@@ -47,6 +47,27 @@ def test_rerun_is_a_noop(fake_project: FakeProject) -> None:
     assert marker.stat().st_ino == before  # the tree was not fetched again
 
 
+def test_a_killed_runs_scratch_folder_is_cleared(fake_project: FakeProject) -> None:
+    """`buun vendor` killed mid-fetch (SIGKILL, no cleanup) left its scratch folder, a whole
+    llama.cpp tree, in vendor/ for good; a live run's stays, for it to finish."""
+    import subprocess
+
+    vendor.vendor()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = fake_project.root / "vendor" / f".llama.cpp.{gone.pid}.tmp"
+    (dead / "llama.cpp" / "common").mkdir(parents=True)
+    (dead / "llama.cpp" / "common" / "arg.cpp").write_text("int option_0")
+    with subprocess.Popen(["sleep", "60"]) as sleeper:
+        live = fake_project.root / "vendor" / f".llama.cpp.{sleeper.pid}.tmp"
+        (live / "llama.cpp").mkdir(parents=True)
+        try:
+            vendor.vendor()  # at the pin already: nothing to fetch
+        finally:
+            sleeper.kill()
+    assert not dead.exists() and live.is_dir()
+
+
 def test_archive_source_and_roundtrip(fake_project: FakeProject, tmp_path) -> None:
     vendor.vendor(source="archive", archive=fake_project.archive)
     assert vendor.state().at_pin
