@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from buun_tool import console, patches, paths, vendor
+from buun_tool import console, locks, patches, paths, vendor
 from buun_tool.errors import BuunError, NotReadyError, UsageError
 from buun_tool.proc import git, run, run_logged
 from buun_tool.stage import StageStatus, current, stale
@@ -394,6 +394,13 @@ def stale_warning(binary: Path) -> str | None:
 
 
 def build(p: BuildPlan, force: bool = False) -> BuildResult:
+    # the tree is only read (builds of two variants run side by side; a patch or vendor waits), the
+    # folder is this build's: two cmake and ninja runs in one folder clobber each other's files
+    with locks.vendor_tree(shared=True), locks.build_folder(p.name):
+        return _build(p, force)
+
+
+def _build(p: BuildPlan, force: bool) -> BuildResult:
     if p.upstream:
         src = upstream_source()
     else:

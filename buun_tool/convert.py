@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from buun_tool import build, console, drafter, paths, vendor
+from buun_tool import build, console, drafter, locks, paths, vendor
 from buun_tool.errors import BuunError, Exit, NotReadyError
 from buun_tool.fsutil import clear_leftovers, replaced, sha256_file, write_json_atomic
 from buun_tool.gguf_tools import GLOBAL_TENSORS, LAYER_TENSORS, OPTIONAL_TENSORS, GgufFile
@@ -451,6 +451,12 @@ def _produce(lay: Layout, recipe: Recipe, facts: dict[str, Any], python: Path, i
 def convert(recipe: Recipe, models_dir: Path, force: bool = False,
             keep_intermediate: bool = True) -> ConvertResult:
     """F16/BF16 conversion + quantization + verification + provenance, as one idempotent stage."""
+    # a second convert would clear this one's half-written GGUF as a killed run's leftover
+    with locks.models_folder(models_dir):
+        return _convert(recipe, models_dir, force, keep_intermediate)
+
+
+def _convert(recipe: Recipe, models_dir: Path, force: bool, keep_intermediate: bool) -> ConvertResult:
     t0 = time.monotonic()
     facts = drafter.check_folder(recipe, models_dir)
     lay = layout(recipe, models_dir)

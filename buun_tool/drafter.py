@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from buun_tool import console
+from buun_tool import console, locks
 from buun_tool.errors import BuunError, NotReadyError, UsageError
 from buun_tool.fsutil import clear_leftovers, replaced
 from buun_tool.pull import layout, require_pulled
@@ -291,6 +291,11 @@ def stage_status(recipe: Recipe, models_dir: Path) -> StageStatus:
 
 def prepare(recipe: Recipe, models_dir: Path) -> DrafterFolder:
     """Copy the tokenizer files into the drafter folder and check the folder is complete."""
+    with locks.models_folder(models_dir):  # not while a pull replaces the files copied or checked
+        return _prepare(recipe, models_dir)
+
+
+def _prepare(recipe: Recipe, models_dir: Path) -> DrafterFolder:
     names = tokenizer_files(recipe)
     drafter_dir, _ = require_pulled(recipe, "drafter", models_dir)
     tok_dir, _ = require_pulled(recipe, "tokenizer", models_dir)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from email import policy
 from pathlib import Path
 
-from buun_tool import paths, vendor
+from buun_tool import locks, paths, vendor
 from buun_tool.errors import BuunError, Exit, NotReadyError, UsageError
 from buun_tool.proc import git, run
 from buun_tool.stage import StageStatus, current, stale
@@ -222,6 +222,11 @@ def _apply_series(repo: Path, start: str) -> list[str]:
 
 def apply() -> list[str]:
     """Apply the series; return the names of the patches applied now (empty: nothing to do)."""
+    with locks.vendor_tree():  # two `git am` in one tree abort each other's
+        return _apply()
+
+
+def _apply() -> list[str]:
     repo = vendor.require_vendored()
     _require_clean(repo)
     start = git(repo, "rev-parse", "HEAD")
@@ -271,6 +276,11 @@ def check() -> list[str]:
 
 def reverse() -> int:
     """Remove the series: back to the pristine baseline. Refuses to drop commits of other work."""
+    with locks.vendor_tree():
+        return _reverse()
+
+
+def _reverse() -> int:
     repo = vendor.require_vendored()
     _require_clean(repo)
     unknown = _unknown_commits(repo, series())
@@ -284,6 +294,11 @@ def reverse() -> int:
 
 def export() -> list[str]:
     """Regenerate patches/ from the commits above the baseline in vendor/llama.cpp."""
+    with locks.vendor_tree():  # the series as it is, not half of one a `buun patch` is applying
+        return _export()
+
+
+def _export() -> list[str]:
     repo = vendor.require_vendored()
     _require_clean(repo)
     out = paths.patches_dir()

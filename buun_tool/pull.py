@@ -43,7 +43,7 @@ from huggingface_hub.file_download import http_get
 from huggingface_hub.utils import build_hf_headers
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-from buun_tool import console, stage
+from buun_tool import console, locks, stage
 from buun_tool.cmdline import without_password
 from buun_tool.errors import DISK_FULL, BuunError, Exit, NotReadyError
 from buun_tool.fsutil import write_json_atomic
@@ -545,6 +545,13 @@ def _offline_result(recipe: Recipe, role: str, folder: Path) -> RoleResult:
 def pull(recipe: Recipe, models_dir: Path, roles: tuple[str, ...] = ROLES,
          verify: bool = False, on_plan: Callable[[list[RepoPlan]], None] | None = None) -> PullResult:
     """Download (or confirm) every file of the recipe's repos for `roles`."""
+    models_dir.mkdir(parents=True, exist_ok=True)
+    with locks.models_folder(models_dir):  # two downloads of a file would append to one partial file
+        return _pull(recipe, models_dir, roles, verify, on_plan)
+
+
+def _pull(recipe: Recipe, models_dir: Path, roles: tuple[str, ...], verify: bool,
+          on_plan: Callable[[list[RepoPlan]], None] | None) -> PullResult:
     lay = layout(recipe, models_dir)
     if hub_offline():
         results = [_offline_result(recipe, role, lay.role_dir(role)) for role in roles]

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from buun_tool import console, paths
+from buun_tool import console, locks, paths
 from buun_tool.errors import BuunError, CommandError, Exit, NotReadyError, UsageError
 from buun_tool.fsutil import clear_leftovers, sha256_file
 from buun_tool.proc import git, run
@@ -281,6 +281,11 @@ def vendor(source: str | None = None, archive: Path | None = None, force: bool =
     if archive is not None and not archive.is_file():
         raise UsageError(f"--from-archive {archive}: {'a folder' if archive.is_dir() else 'no such file'}",
                          "pass the .tar.xz that `buun vendor --archive FILE` wrote")
+    with locks.vendor_tree():  # a second vendor (or a patch, a build) waits, then finds the tree in place
+        return _fetch_pinned(source, archive, force)
+
+
+def _fetch_pinned(source: str | None, archive: Path | None, force: bool) -> VendorState:
     pin = load_pin()
     st = state(pin)
     final = paths.llama_dir()

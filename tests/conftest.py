@@ -10,7 +10,7 @@ import pytest
 from buun_tool import build
 
 # fixture modules shared by several test files
-pytest_plugins = ["tests.build_fixtures", "tests.fake_gpus", "tests.fake_llama", "tests.models",
+pytest_plugins = ["tests.build_fixtures", "tests.fake_gpus", "tests.fake_llama", "tests.lock_holder", "tests.models",
                   "tests.models_fixtures", "tests.server_fixtures"]
 
 

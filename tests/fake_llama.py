@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import tarfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,3 +102,21 @@ def commit_change(repo: Path, rel: str, old: str, new: str, subject: str) -> Non
     f.write_text(f.read_text().replace(old, new, 1))
     run("git", "-C", str(repo), "add", "-A")
     run("git", "-C", str(repo), "-c", "user.name=dev", "-c", "user.email=dev@x", "commit", "-q", "-m", subject)
+
+
+def hold_git_am(repo: Path, gate: Path) -> Path:
+    """Each `git am` in `repo` waits after it commits its patch until `gate` exists (a minute at
+    most, so that nothing waits forever after a failed test); returns the file that says one waits."""
+    started = gate.with_name(gate.name + ".started")
+    hook = repo / ".git" / "hooks" / "post-applypatch"
+    hook.write_text(f"#!/bin/sh\ntouch '{started}'\ni=0\n"
+                    f"while [ ! -e '{gate}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done\n")
+    hook.chmod(0o755)
+    return started
+
+
+def wait_for_file(path: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path.exists(), f"{path} never appeared"

@@ -8,7 +8,8 @@ Hub protocol the real huggingface_hub client uses to download.
 - Errors carry `X-Error-Code` as the Hub sends them: `GatedRepo` (401 without a token, 403 with
   a token that has no access), `RepoNotFound`, `RevisionNotFound`, `EntryNotFound`.
 - Fault injection: cut a transfer after N bytes, fail requests with a status, report a size that
-  differs from the real one. Every request is logged for assertions.
+  differs from the real one, stall a transfer halfway until the test lets it go on. Every
+  request is logged for assertions.
 No `X-Xet-Hash`: downloads take the plain HTTP path.
 """
 
@@ -91,6 +92,8 @@ class FakeHub:
         self.reported_sha256: dict[tuple[str, str], str] = {}  # an LFS sha256 the listing gives instead
         self.cuts: dict[tuple[str, str], Cut] = {}
         self.tampered: dict[tuple[str, str], bytes] = {}  # served instead of the real content
+        # half of a file is sent, then nothing more until the event is set
+        self.stalls: dict[tuple[str, str], threading.Event] = {}
         self.log: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -278,6 +281,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(2)  # the client sees the body end early
             return
+        stall = self.hub.stalls.get(key)
+        if stall is not None:
+            half = start + (end - start) // 2
+            self._send(f, start, half)
+            self.wfile.flush()
+            stall.wait(60)
+            start = half
         self._send(f, start, end)
 
     def _send(self, f: HubFile, start: int, end: int) -> None:

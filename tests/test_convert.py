@@ -24,6 +24,7 @@ from buun_tool.errors import BuunError, CommandError, Exit, NotReadyError, Usage
 from buun_tool.gguf_tools import GgufFile
 from tests.hub_server import FakeHub
 from tests.llama_proc import llama_server
+from tests.lock_holder import buun, finish, release, stderr_until
 from tests.tiny_models import TinyModels, write_recipe
 
 
@@ -96,6 +97,15 @@ class TestDrafterFolder:
         again = drafter.prepare(pulled, paths.models_dir())
         assert again.copied == [] and not half.exists() and running.exists()
         running.unlink()
+
+    def test_waits_for_the_models_folder(self, pulled: recipes.Recipe, holders):
+        holder = holders(f"models:{paths.models_dir()}")  # a pull, say, that replaces the files it copies
+        proc = buun("drafter", str(pulled.source))
+        seen = stderr_until(proc, "...")
+        assert f"(PID {holder.pid}) to finish with the models folder {paths.models_dir()}" in seen, seen
+        release(holder)
+        code, err = finish(proc, seen)
+        assert code == 0 and "drafter folder ready" in err, err
 
     def test_refuses_to_overwrite_the_drafters_config(self, pulled: recipes.Recipe, tmp_path: Path):
         data = recipes.load_file(write_recipe(tmp_path / "bad.yaml", tokenizer={
@@ -544,6 +554,16 @@ class TestConvert:
         assert res.exit_code == 0, res.output
         assert json.loads(res.stdout)["rebuilt"] and "llama-quantize was rebuilt" in _flat(res.stderr)
         assert convert.stage_status(recipe, models).current and plan()["convert"].action == "skip"
+
+    def test_a_second_convert_waits_and_finds_it_made(self, converted: Converted, models: Path, holders):
+        # it cleared the first one's half-written GGUF as a killed run's: "the converter wrote no ..."
+        holder = holders(f"models:{models}")
+        proc = buun("convert", str(converted.recipe.source), "--models-dir", str(models))
+        seen = stderr_until(proc, "...")
+        assert f"(PID {holder.pid}) to finish with the models folder {models}" in seen, seen
+        release(holder)
+        code, err = finish(proc, seen)
+        assert code == 0 and "is up to date" in _flat(err), err
 
     def test_convert_cli_reports_up_to_date(self, converted: Converted, models: Path):
         res = CliRunner().invoke(app, ["convert", str(converted.recipe.source), "--models-dir", str(models),

@@ -6,6 +6,7 @@ by `make dev` before the tests): they must find everything done and return in se
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -85,6 +86,12 @@ def test_setup_runs_then_skips_everything(setup_env: tuple[Path, int]) -> None:
     # the server it started answers
     r = requests.post(f"http://127.0.0.1:{port}/completion", json={"prompt": "hi", "n_predict": 4}, timeout=60)
     assert r.status_code == 200 and r.json()["timings"]["draft_n"] >= 0
+    # and holds none of the stages' locks: a pull or a convert of the models it serves need not wait
+    fd = os.open(paths.models_dir() / ".buun.lock", os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
 
     t0 = time.monotonic()
     second = run_setup(recipe_file, port)
