@@ -5,6 +5,8 @@ the baseline, so the vendored tree's history *is* the series and `export` writes
 
 - Idempotent: a patch whose patch-id matches a commit above the baseline is applied; skipped.
 - Atomic: if patch N fails, HEAD is reset to where the run started; nothing half-applied stays.
+  A run stopped mid-`git am` (Ctrl-C, SIGKILL) leaves that patch's `git am` to the next, which
+  ends it and applies the rest.
 - Stale: after patches/ changed (git pull, pin bump), commits that carry a series patch's
   subject but other content are replaced by re-applying the series from the baseline.
 - Safe: commits that are not series patches are someone's work; buun refuses to drop them and
@@ -31,6 +33,9 @@ from buun_tool.stage import StageStatus, current, stale
 
 PATCH_RE = re.compile(r"^\d{4}-.+\.patch$")
 COMMITTER = {"GIT_COMMITTER_NAME": "buun", "GIT_COMMITTER_EMAIL": "buun@localhost"}
+# In the vendored repo's .git while `buun patch` applies the series; still there (beside git's
+# rebase-apply/) when a run was stopped mid-`git am` (Ctrl-C, SIGKILL), which nothing ended.
+APPLYING = "buun-applying"
 
 # The series' switch for the delta-net rollback (patch 0005), read by the patched llama.cpp from
 # its environment: the tape replay (its default) or upstream's snapshot planes.
@@ -228,6 +233,7 @@ def apply() -> list[str]:
 
 def _apply() -> list[str]:
     repo = vendor.require_vendored()
+    _end_stopped_apply(repo)
     _require_clean(repo)
     start = git(repo, "rev-parse", "HEAD")
     states = status()
@@ -241,7 +247,30 @@ def _apply() -> list[str]:
                 exit_code=Exit.CONFLICT,
             )
         git(repo, "reset", "-q", "--hard", vendor.BASELINE_TAG)
-    return _apply_series(repo, start)
+    mark = repo / ".git" / APPLYING
+    mark.touch()
+    try:
+        applied = _apply_series(repo, start)
+    except Exception:  # a patch that fails is reset and its `git am` ended; a Ctrl-C's is left to the next run
+        mark.unlink()
+        raise
+    mark.unlink()
+    return applied
+
+
+def _end_stopped_apply(repo: Path) -> None:
+    """End the `git am` that a stopped `buun patch` left in progress (the vendored tree's lock says
+    no other runs now): left, the next `git am` failed and the run blamed a good patch (exit 8).
+    HEAD goes back to before the patch it was applying; the patches before it stay, and this run
+    applies the rest. A `git am` that buun did not start is the user's: named, never ended."""
+    git_dir = repo / ".git"
+    if (git_dir / "rebase-apply").is_dir():
+        if not (git_dir / APPLYING).exists():
+            raise BuunError("vendor/llama.cpp has a `git am` in progress that buun did not start",
+                            "finish it (`git am --continue` in vendor/llama.cpp) or end it (`git am --abort`), "
+                            "then run `buun patch` again", exit_code=Exit.CONFLICT)
+        git(repo, "am", "--abort")
+    (git_dir / APPLYING).unlink(missing_ok=True)
 
 
 def describe_applied(applied: list[str]) -> str:
