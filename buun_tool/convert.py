@@ -95,9 +95,24 @@ def converter_python(cache: Path | None = None) -> Path:
         return Path(shutil.which(override) or override)
     env = converter_env_dir(cache)
     python = env / "bin" / "python"
-    stamp = _read_env_stamp(env)
-    if python.is_file() and stamp and {k: stamp.get(k) for k in _wanted_env()} == _wanted_env():
+    if _env_made(env):
         return python
+    # one environment for every models folder: the first converts of two folders made it at once,
+    # each starting by removing the other's half-made one
+    with locks.converter_env(env):
+        if _env_made(env):  # made by the command this one waited for
+            return python
+        _make_env(env, python)
+    return python
+
+
+def _env_made(env: Path) -> bool:
+    """Whether `env` is a whole environment for this buun's requirements: its stamp is written last."""
+    stamp = _read_env_stamp(env) or {}
+    return (env / "bin" / "python").is_file() and {k: stamp.get(k) for k in _wanted_env()} == _wanted_env()
+
+
+def _make_env(env: Path, python: Path) -> None:
     log = env.parent / "converter-env.log"
     shutil.rmtree(env, ignore_errors=True)
     env.parent.mkdir(parents=True, exist_ok=True)
@@ -117,7 +132,6 @@ def converter_python(cache: Path | None = None) -> Path:
         shutil.rmtree(env, ignore_errors=True)  # half an environment must not pass for a whole one
         raise
     (env / ENV_STAMP).write_text(json.dumps({**_wanted_env(), "installed": json.loads(installed)}, indent=2) + "\n")
-    return python
 
 
 # --- small helpers --------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""One lock per thing the pipeline stages change: the vendored tree, a build folder, a models folder.
+"""One lock per thing the pipeline stages change: the vendored tree, a build folder, a models folder
+and the converter's environment.
 
 Two buun commands that change one of these at once break it: two `git am` in one tree abort each
 other, two downloads append to one partial file (and to the file the first one renamed into place),
@@ -82,6 +83,12 @@ def build_folder(name: str) -> contextlib.AbstractContextManager[None]:
     """A build folder (cpu, cuda, upstream-cpu, ...): its cmake cache, objects, binaries and stamp."""
     folder = paths.build_dir(name)
     return held(folder.parent / f".{name}.lock", f"the build folder {folder}")
+
+
+def converter_env(env: Path) -> contextlib.AbstractContextManager[None]:
+    """The converter's environment, made once for every models folder. Its lock file lies beside
+    it: a stale environment is removed whole and made again."""
+    return held(env.parent / f".{env.name}.lock", f"the converter environment {env}")
 
 
 def models_folder(models: Path) -> contextlib.AbstractContextManager[None]:

@@ -1,7 +1,7 @@
 """A process that holds buun's stage locks (buun_tool.locks), for the tests of a second command that
 waits for them (a pytest plugin: the `holders` fixture, and helpers to run `buun` beside it).
 
-    python -m tests.lock_holder vendor build:cpu models:DIR
+    python -m tests.lock_holder vendor build:cpu models:DIR converter-env:DIR
 
 holds those locks until its stdin closes (`vendor-shared`: the vendored tree as a build holds it),
 and prints `held` once it holds them all.
@@ -88,6 +88,8 @@ def main(what: list[str]) -> None:
                 stack.enter_context(locks.vendor_tree(shared=kind == "vendor-shared"))
             elif kind == "build":
                 stack.enter_context(locks.build_folder(arg))
+            elif kind == "converter-env":
+                stack.enter_context(locks.converter_env(Path(arg)))
             else:
                 stack.enter_context(locks.models_folder(Path(arg)))
         print("held", flush=True)

@@ -10,6 +10,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +26,7 @@ from buun_tool.errors import BuunError, CommandError, Exit, NotReadyError, Usage
 from buun_tool.gguf_tools import GgufFile
 from tests.hub_server import FakeHub
 from tests.llama_proc import llama_server
-from tests.lock_holder import buun, finish, release, stderr_until
+from tests.lock_holder import buun, env, finish, release, stderr_until
 from tests.tiny_models import TinyModels, write_recipe
 
 
@@ -620,3 +622,26 @@ class TestSelfContainedDrafter:
             convert.run_converter(converter_python, bare, None, tmp_path / "x.gguf", "bf16", tmp_path / "c.log")
         text = str(exc.value)
         assert "has no tokenizer" in text and "tokenizer.json" in text and "Qwen/Qwen3.5-27B" in text
+
+
+def test_a_convert_waits_for_the_converter_environment_being_made(converter_python: Path, holders, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch):
+    # the first converts of two models folders made it at once, each removing the other's half-made one
+    made = converter_python.parent.parent
+    env_dir = tmp_path / "cache" / made.name
+    monkeypatch.setenv("BUUN_CACHE_DIR", str(env_dir.parent))
+    holder = holders(f"converter-env:{env_dir}")  # a convert of another folder, making it
+    proc = subprocess.Popen([sys.executable, "-c", "from buun_tool import convert; print(convert.converter_python())"],
+                            env=env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        seen = stderr_until(proc, "...")
+        assert f"(PID {holder.pid}) to finish with the converter environment {env_dir}" in seen, seen
+        (env_dir / "bin").mkdir(parents=True)  # what the holder makes: the interpreter, then its stamp
+        (env_dir / "bin" / "python").symlink_to(converter_python)
+        shutil.copyfile(made / convert.ENV_STAMP, env_dir / convert.ENV_STAMP)
+        release(holder)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and out.strip() == str(env_dir / "bin" / "python"), err
+    assert "creating the converter environment" not in err
