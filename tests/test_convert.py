@@ -205,6 +205,18 @@ class TestDrafterFolder:
         with pytest.raises(UsageError, match="files the converter cannot read"):
             convert.convert(pulled, paths.models_dir())
 
+    def test_a_file_changed_since_its_check_is_checked_again(self, pulled: recipes.Recipe):
+        """Each JSON content is parsed once (`buun setup` checks the folder in the drafter stage and
+        again before converting): the same file damaged since, to its old size and mtime, is not
+        taken for the one that parsed."""
+        drafter.prepare(pulled, paths.models_dir())
+        path = pull.layout(pulled, paths.models_dir()).drafter_dir / "tokenizer.json"
+        before = path.stat()
+        path.write_bytes(b"[" + path.read_bytes()[1:])  # an object's '{' made a list's '['
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        with pytest.raises(UsageError, match=f"{re.escape(str(path))} is not valid JSON"):
+            drafter.check_readable(pulled, paths.models_dir())
+
     def test_a_safetensors_header_larger_than_the_format_allows_is_not_read(self, pulled: recipes.Recipe):
         """The header's length is the file's to say: a drafter of 16 GB that says 15 GB had them read
         into memory and parsed as JSON. The format caps it at 100 MB (safetensors refuses more)."""
