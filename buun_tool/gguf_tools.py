@@ -147,17 +147,30 @@ def tensor_nbytes(dims: tuple[int, ...], ggml_type: GGMLQuantizationType) -> int
     return math.prod(dims) // block * size
 
 
+def not_a_file(path: Path, label: str, option: str | None = None) -> UsageError | None:
+    """The error for a GGUF's path that is there but is not a file: a folder ("does not exist"
+    would send the user looking for it) or a device or a pipe (opening a FIFO waits for a writer
+    forever, llama-server's open too). `label` names the path as the user gave it ("--target PATH",
+    "the drafter PATH"), the hint names the `option` that takes it. None for a file, and for
+    nothing there: that error is the caller's, whose fix differs (a pull, a convert, a typo)."""
+    give = f"pass {option} with the path of a .gguf file" if option else "pass the path of a .gguf file"
+    if path.is_dir():
+        return UsageError(f"{label} is a folder, not a GGUF file", f"{give} in it")
+    if path.exists() and not path.is_file():
+        return UsageError(f"{label} is a device or a pipe, not a GGUF file", give)
+    return None
+
+
 class GgufFile:
     """A GGUF file opened read-only through mmap: key/values and tensor infos."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        if self.path.is_dir():  # there, but not a file: "does not exist" would send the user looking for it
-            raise UsageError(f"{path} is a folder, not a GGUF file", "pass the path of a .gguf file in it")
+        problem = not_a_file(self.path, str(path))
+        if problem:
+            raise problem
         if not self.path.exists():
             raise UsageError(f"{path} does not exist")
-        if not self.path.is_file():  # a device or a pipe: opening a FIFO would wait for a writer forever
-            raise UsageError(f"{path} is a device or a pipe, not a GGUF file", "pass the path of a .gguf file")
         self._fh = open(self.path, "rb")
         try:
             self._buf = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ)

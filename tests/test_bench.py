@@ -121,6 +121,7 @@ def test_models_and_suites_are_checked_before_anything_is_made(tmp_path: Path) -
             (["--target", str(tmp_path / "none.gguf")], f"--target {tmp_path / 'none.gguf'} does not exist"),
             (["--target", str(tmp_path)], f"--target {tmp_path} is a folder, not a GGUF file"),
             (["--target", str(target), "--drafter", str(tmp_path)], f"--drafter {tmp_path} is a folder"),
+            (["--target", "/dev/null"], "--target /dev/null is a device or a pipe, not a GGUF file"),
             (["--drafter", str(target)], "--drafter needs --target"),
             (["--url", "http://127.0.0.1:9", "--target", str(target)], "--target and --drafter are the models")):
         res = CliRunner().invoke(app, [*base, *args])

@@ -309,9 +309,21 @@ class TestPrintCmd:
             r = CliRunner().invoke(app, ["serve", *given])
             assert r.exit_code == 2, r.output
             assert flat(r.stderr).startswith(f"error: the {role} {folder} is a folder, not a GGUF file hint: pass "
-                                             f"{option} with the path of the .gguf file in it"), r.output
+                                             f"{option} with the path of a .gguf file in it"), r.output
             shown = CliRunner().invoke(app, ["serve", *given, "--print-cmd"])
             assert shown.exit_code == 0 and f"the {role} {folder} is a folder" in flat(shown.stderr)
+
+    def test_a_device_or_a_pipe_given_for_a_model_is_named(self, fake_bin: Path, tmp_path: Path) -> None:
+        """`--model /dev/null` or a FIFO said "does not exist" (exit 3, run `buun pull`): it is there,
+        and llama-server's open of a FIFO waits for a writer forever. The check is `buun gguf`'s."""
+        fifo = tmp_path / "pipe.gguf"
+        os.mkfifo(fifo)
+        (tmp_path / "d.gguf").write_bytes(b"GGUF")
+        for path in (Path("/dev/null"), fifo):
+            r = CliRunner().invoke(app, ["serve", "--model", str(path), "--draft", str(tmp_path / "d.gguf")])
+            assert r.exit_code == 2, r.output
+            assert flat(r.stderr).startswith(f"error: the target model {path} is a device or a pipe, not a GGUF file "
+                                             "hint: pass --model with the path of a .gguf file"), r.output
 
     def test_missing_binary_points_to_build(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(tmp_path))

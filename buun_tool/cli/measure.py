@@ -26,7 +26,7 @@ from typing import Annotated
 
 import typer
 
-from buun_tool import bench, bench_configs, build, chart, compare, console, paths, recipes, report, synth
+from buun_tool import bench, bench_configs, build, chart, compare, console, gguf_tools, paths, recipes, report, synth
 from buun_tool.cli.launch import DraftGpuOpt, GpusOpt, RpcOpt
 from buun_tool.cli.options import JsonOpt, ModelsDirOpt, RecipeArg, ScaleOpt, default_scale
 from buun_tool.console import Table
@@ -278,9 +278,12 @@ def _check_models(target: Path | None, drafter: Path | None, url: str | None) ->
         raise UsageError("--drafter needs --target: without one, bench runs buun synth's pair, drafter included",
                          "pass --target TARGET.gguf too, or leave out --drafter")
     for option, path in (("--target", target), ("--drafter", drafter)):
-        if path is not None and path.is_dir():
-            raise UsageError(f"{option} {path} is a folder, not a GGUF file", "pass the path of the .gguf file in it")
-        if path is not None and not path.is_file():
+        if path is None:
+            continue
+        problem = gguf_tools.not_a_file(path, f"{option} {path}", option)
+        if problem:
+            raise problem
+        if not path.is_file():
             raise UsageError(f"{option} {path} does not exist", "pass the path of an existing GGUF")
 
 

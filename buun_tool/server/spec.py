@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from buun_tool import build, console, convert, fit, patches, pull, recipes
+from buun_tool import build, console, convert, fit, gguf_tools, patches, pull, recipes
 from buun_tool.errors import BuunError, NotReadyError, UsageError
 from buun_tool.server import command, devices, rpc
 from buun_tool.server.command import Flag
@@ -124,9 +124,9 @@ class LaunchSpec:
             missing.append(NotReadyError(f"llama-server is missing: {self.binary}", "run `buun build`"))
         for role, path, fix, option in (("target model", self.target, "buun pull", "--model"),
                                         ("drafter", self.draft, "buun convert", "--draft")):
-            if Path(path).is_dir():  # a folder given for the file: it exists, so "does not exist" misled
-                missing.append(UsageError(f"the {role} {path} is a folder, not a GGUF file",
-                                          f"pass {option} with the path of the .gguf file in it"))
+            problem = gguf_tools.not_a_file(Path(path), f"the {role} {path}", option)
+            if problem:
+                missing.append(problem)
             elif not Path(path).is_file():
                 missing.append(NotReadyError(
                     f"the {role} {path} does not exist", f"run `{fix} {self.recipe}` (or `buun setup`), or pass "
