@@ -8,7 +8,6 @@ are ignored (the server is on this machine).
 from __future__ import annotations
 
 import json
-import math
 import socket
 import threading
 from collections.abc import Callable
@@ -19,6 +18,8 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+from buun_tool.server.metrics import count, figure
 
 T = TypeVar("T")
 MAX_BODY = 16 << 20  # /metrics, /slots and /props are KBs; a body past this is not theirs and is not read on
@@ -203,33 +204,16 @@ def slot_state(slot: dict[str, Any]) -> dict[str, Any]:
     they stay None). With several slots /metrics sums them all: this is each user's own."""
     t = slot.get("timings")
     t = t if isinstance(t, dict) else {}
-    drafted, accepted, steps = (_count(t.get(k)) or 0 for k in ("draft_n", "draft_n_accepted", "draft_n_steps"))
+    drafted, accepted, steps = (count(t.get(k)) or 0 for k in ("draft_n", "draft_n_accepted", "draft_n_steps"))
     return {
         "id": slot.get("id"),
         "busy": bool(slot.get("is_processing")),
-        "task": _count(slot.get("id_task")),
-        "context_tokens": _count(slot.get("n_prompt_tokens")),
-        "generated": _count(t.get("predicted_n")),
-        "tokens_per_second": _number(t.get("predicted_per_second")) or None,
+        "task": count(slot.get("id_task")),
+        "context_tokens": count(slot.get("n_prompt_tokens")),
+        "generated": count(t.get("predicted_n")),
+        "tokens_per_second": figure(t.get("predicted_per_second")) or None,
         "drafted": drafted,
         "accepted": accepted,
         "acceptance_rate": accepted / drafted if drafted else None,
         "mean_acceptance_length": 1 + accepted / steps if steps else None,
     }
-
-
-# A figure of /slots is a number of 0 or more, or it is none: the fields of a server that is not
-# llama-server (a string, NaN, a list for `timings`) were a traceback in `buun status`.
-def _number(value: Any) -> float | None:
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:  # an integer of hundreds of digits
-        return None
-    return number if math.isfinite(number) and number >= 0 else None
-
-
-def _count(value: Any) -> int | None:
-    number = _number(value)
-    return int(number) if number is not None else None

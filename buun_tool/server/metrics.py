@@ -58,10 +58,24 @@ def _scalar(samples: dict[str, dict[Labels, float]], name: str) -> float | None:
     return series.get((), None) if series else None
 
 
-def _count(value: float | None) -> int | None:
-    """A counter's value, or None when it is none: NaN, infinite or negative (a server that says so
-    counts nothing these figures can use; int() of NaN or inf was a traceback)."""
-    return int(value) if value is not None and math.isfinite(value) and value >= 0 else None
+# A figure a server reports (a /metrics sample, a field of /slots) is a number of 0 or more, or it
+# is none: NaN, infinite, negative, or not a number at all (a string, a bool, a list for /slots'
+# `timings`, from a server that is not llama-server). Such a server counts nothing these figures
+# can use; int() of NaN or inf, or arithmetic on a string, was a traceback in `buun status`.
+def figure(value: Any) -> float | None:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
+
+
+def count(value: Any) -> int | None:
+    """A figure that counts (tokens, drafts, a task's id), whole."""
+    number = figure(value)
+    return int(number) if number is not None else None
 
 
 @dataclass
@@ -81,18 +95,18 @@ class DFlashStats:
 
 def dflash_stats(samples: dict[str, dict[Labels, float]]) -> DFlashStats | None:
     """The speculative-decoding figures; None when the server exports none (not a DFlash build)."""
-    drafted, accepted, drafts = (_count(_scalar(samples, n)) for n in (DRAFT_TOKENS, ACCEPTED, DRAFTS))
+    drafted, accepted, drafts = (count(_scalar(samples, n)) for n in (DRAFT_TOKENS, ACCEPTED, DRAFTS))
     if drafted is None and accepted is None and drafts is None:
         return None
     drafted_i, accepted_i, drafts_i = drafted or 0, accepted or 0, drafts or 0
     per_pos: dict[int, int] = {}
     for labels, value in (samples.get(PER_POS) or {}).items():
-        pos, count = dict(labels).get("position"), _count(value)
-        if pos is not None and is_count(pos) and int(pos) < MAX_POSITIONS and count is not None:
-            per_pos[int(pos)] = count
+        pos, n = dict(labels).get("position"), count(value)
+        if pos is not None and is_count(pos) and int(pos) < MAX_POSITIONS and n is not None:
+            per_pos[int(pos)] = n
     per_pos_list = [per_pos.get(i, 0) for i in range(max(per_pos) + 1)] if per_pos else []
-    tokens, seconds = _count(_scalar(samples, PREDICTED)), _scalar(samples, PREDICTED_SECONDS)
-    speed = tokens / seconds if tokens and seconds and seconds > 0 and math.isfinite(seconds) else None
+    tokens, seconds = count(_scalar(samples, PREDICTED)), figure(_scalar(samples, PREDICTED_SECONDS))
+    speed = tokens / seconds if tokens and seconds else None
     return DFlashStats(
         drafts=drafts_i, drafted=drafted_i, accepted=accepted_i,
         acceptance_rate=accepted_i / drafted_i if drafted_i else None,
