@@ -23,7 +23,7 @@ import yaml
 
 from buun_tool import console, locks, paths
 from buun_tool.errors import BuunError, CommandError, Exit, NotReadyError, UsageError
-from buun_tool.fsutil import clear_leftovers, sha256_file
+from buun_tool.fsutil import clear_leftovers, replaced, sha256_file
 from buun_tool.proc import git, run
 from buun_tool.stage import StageStatus, current, stale
 
@@ -345,14 +345,12 @@ def write_archive(dest: Path) -> Path:
     d = require_vendored()
     dest = dest.resolve()
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".part")
-    with open(tmp, "wb") as fh:
-        archive = subprocess.Popen(["git", "-C", str(d), "archive", "--format=tar", "--prefix=llama.cpp/",
-                                    BASELINE_TAG], stdout=subprocess.PIPE)
-        xz = subprocess.run(["xz", "-9", "-T1", "-c"], stdin=archive.stdout, stdout=fh)
-        archive.wait()
-    if archive.returncode or xz.returncode:
-        tmp.unlink(missing_ok=True)
-        raise BuunError(f"writing {dest} failed (git archive {archive.returncode}, xz {xz.returncode})")
-    os.replace(tmp, dest)
+    with replaced(dest, "part") as tmp:  # a failure or a Ctrl-C leaves no .part behind
+        with open(tmp, "wb") as fh:
+            archive = subprocess.Popen(["git", "-C", str(d), "archive", "--format=tar", "--prefix=llama.cpp/",
+                                        BASELINE_TAG], stdout=subprocess.PIPE)
+            xz = subprocess.run(["xz", "-9", "-T1", "-c"], stdin=archive.stdout, stdout=fh)
+            archive.wait()
+        if archive.returncode or xz.returncode:
+            raise BuunError(f"writing {dest} failed (git archive {archive.returncode}, xz {xz.returncode})")
     return dest
