@@ -324,6 +324,21 @@ class TestLogFile:
         assert "\x1b" not in out and "\x07" not in out
         assert "exited: \\x1b[2J\\x1b[Hall good" in out and "ok \\x1b]0;owned\\x07" in out
 
+    def test_a_workers_uptime_past_a_day_reads_in_days_as_a_servers_does(self) -> None:
+        """Servers' and workers' `status` lines are one printer's (cli/options.py): a worker up for
+        26 hours said "26h00m", a server "1d02h"."""
+        from buun_tool import console
+        from buun_tool.cli import server as server_cli
+        from buun_tool.cli import worker as worker_cli
+        from buun_tool.server import control
+        from buun_tool.server import worker as worker_mod
+
+        day = 26 * 3600 + 5
+        with console.out.capture() as cap:
+            worker_cli._print(worker_mod.WorkerStatus("w", State.READY, True, uptime_s=day))
+            server_cli._print_status(control.InstanceStatus("x", State.READY, True, uptime_s=day))
+        assert [line.split() for line in cap.get().splitlines() if "uptime" in line] == [["uptime", "1d02h"]] * 2
+
 
 def test_gpu_parsing() -> None:
     assert gpu.parse_apps("1234, 20100\n99, 10\nbad\n1234, 5\n") == {1234: 20105, 99: 10}

@@ -1,4 +1,5 @@
-"""Options that command groups share, defined once, and the log printing of `logs` commands.
+"""Options that command groups share, defined once; the log printing of `logs` commands and the
+lines of `status`, servers' and workers' alike.
 
 `--models-dir` is taken by every command that reads or writes models. The command resolves it
 once (`paths.models_dir`: the option, else BUUN_MODELS_DIR, else the XDG data dir) and passes
@@ -8,7 +9,7 @@ the folder down; nothing below the command resolves it again.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -55,6 +56,31 @@ def show_log(path: Path, owner: str, lines: int, follow: bool) -> None:
                 console.out.print(console.printable(line), markup=False, highlight=False)
         except KeyboardInterrupt:
             pass
+
+
+STATE_STYLE = {"ready": "green", "starting": "cyan", "backoff": "yellow", "stopping": "yellow", "failed": "red",
+               "stopped": "dim"}
+
+
+def status_header(title: str, state: str, extra: str = "") -> None:
+    """A status's first line: what it is in bold, then its state in the state's colour."""
+    console.out.print(f"[bold]{title}[/]  [{STATE_STYLE.get(state, 'white')}]{state}[/]{extra}")
+
+
+def status_row(label: str, value: Any) -> None:
+    """One `label  value` line of a status, none for an empty value; as text (a record's or a
+    server's strings are no markup, and their control characters are shown, not sent)."""
+    if value not in (None, "", []):
+        console.out.print(console.printable(f"  {label:<10} {value}"), markup=False)
+
+
+def duration(seconds: float | None) -> str | None:
+    """An uptime or a wait: 4m07s, 2h05m, 3d01h; None for none."""
+    if seconds is None:
+        return None
+    s = int(seconds)
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h" if s >= 86400 else (
+        f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s")
 
 
 def default_scale(scale: str | None) -> str:

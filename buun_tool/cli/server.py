@@ -36,7 +36,8 @@ import typer
 
 from buun_tool import build, console, paths
 from buun_tool.cli.launch import ApiKeyOpt, LaunchOptions, launch_command
-from buun_tool.cli.options import FollowOpt, LinesOpt, show_log
+from buun_tool.cli.options import FollowOpt, LinesOpt, duration, show_log, status_header
+from buun_tool.cli.options import status_row as row
 from buun_tool.errors import Exit, UsageError
 from buun_tool.server import command, control, devices, service
 from buun_tool.server import spec as spec_mod
@@ -156,35 +157,16 @@ def status(
         _print_status(st)
 
 
-_STATE_STYLE = {"ready": "green", "starting": "cyan", "backoff": "yellow", "stopping": "yellow",
-                "failed": "red", "stopped": "dim"}
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h" if s >= 86400 else (
-        f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s")
-
-
 def _print_status(st: control.InstanceStatus) -> None:
-    out = console.out
     r, state = st.record, st.state.value
-    extra = " (stale record: its supervisor is gone)" if st.stale else ""
-    out.print(f"[bold]{st.name}[/]  [{_STATE_STYLE.get(state, 'white')}]{state}[/]{extra}")
-
-    def row(label: str, value: Any) -> None:
-        if value not in (None, "", []):
-            out.print(console.printable(f"  {label:<10} {value}"), markup=False)
-
+    status_header(st.name, state, " (stale record: its supervisor is gone)" if st.stale else "")
     live = st.state != State.STOPPED
     row("phase", r.phase if r else None)
     row("pid", f"{st.server_pid} (supervisor {r.supervisor.pid})" if st.server_pid and r and r.supervisor
         else st.server_pid)
     if st.orphan:
         row("warning", "llama-server runs without its supervisor: `buun stop` ends it")
-    row("uptime", _duration(st.uptime_s) if st.uptime_s is not None else None)
+    row("uptime", duration(st.uptime_s))
     if r:
         row("restarts", f"{r.restarts} ({r.crashes} crashes)")
         row("last crash", r.last_crash)
@@ -197,13 +179,13 @@ def _print_status(st: control.InstanceStatus) -> None:
     row("endpoint", st.endpoint if live else None)
     row("context", f"{st.context['value']} ({st.context['why']})" if st.context and live else None)
     row("GPUs", devices.describe(st.placement) if st.placement and live else None)
-    _print_rpc_placement(st, row)
+    _print_rpc_placement(st)
     probes = st.probes
     row("health", probes.health if probes else None)
     if r and r.unresponsive_since:
         since, allowed = r.unresponsive_since, st.health_failures_allowed
         row("warning", f"unresponsive since {time.strftime('%H:%M:%S', time.localtime(since))} "
-            f"({_duration(time.time() - since)}, {r.health_fails} failed /health check(s)"
+            f"({duration(time.time() - since)}, {r.health_fails} failed /health check(s)"
             + (f"; the supervisor relaunches it at {allowed})" if allowed else ")"))
     slots = probes.slots if probes else None
     if slots:
@@ -232,7 +214,7 @@ def _print_status(st: control.InstanceStatus) -> None:
     row("log", r.log if r else None)
 
 
-def _print_rpc_placement(st: control.InstanceStatus, row: Any) -> None:
+def _print_rpc_placement(st: control.InstanceStatus) -> None:
     """With RPC workers: where the target's layers and the drafter run, each worker's connection,
     and a lost worker with what to do."""
     if not st.rpc_placement:

@@ -13,12 +13,13 @@ A worker is named by its port unless --name is given.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from buun_tool import console
-from buun_tool.cli.options import FollowOpt, LinesOpt, show_log
+from buun_tool.cli.options import FollowOpt, LinesOpt, duration, show_log, status_header
+from buun_tool.cli.options import status_row as row
 from buun_tool.server import control
 from buun_tool.server import worker as worker_mod
 from buun_tool.server.rpc import DEFAULT_PORT
@@ -93,22 +94,12 @@ def status(
         _print(st)
 
 
-_STYLE = {"ready": "green", "starting": "cyan", "backoff": "yellow", "stopping": "yellow", "failed": "red",
-          "stopped": "dim"}
-
-
 def _print(st: worker_mod.WorkerStatus) -> None:
-    out, r = console.out, st.record
-    state = st.state.value
-    out.print(f"[bold]worker {st.name}[/]  [{_STYLE.get(state, 'white')}]{state}[/]")
-
-    def row(label: str, value: Any) -> None:
-        if value not in (None, "", []):
-            out.print(console.printable(f"  {label:<10} {value}"), markup=False)
-
+    r = st.record
+    status_header(f"worker {st.name}", st.state.value)
     row("address", st.address)
     row("pid", f"{st.pid} (supervisor {r.supervisor.pid})" if st.pid and r and r.supervisor else st.pid)
-    row("uptime", _age(st.uptime_s))
+    row("uptime", duration(st.uptime_s))
     if r:
         row("restarts", f"{r.restarts} ({r.crashes} crashes)")
         row("last crash", r.last_crash)
@@ -123,13 +114,6 @@ def _print(st: worker_mod.WorkerStatus) -> None:
     if r and r.error:
         row("error", r.error.get("message", "").splitlines()[0])
     row("log", r.log if r else None)
-
-
-def _age(seconds: float | None) -> str | None:
-    if seconds is None:
-        return None
-    s = int(seconds)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
 @worker_app.command("logs")
