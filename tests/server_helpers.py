@@ -29,6 +29,17 @@ FAST = ["--backoff", "0.2", "--backoff-max", "1", "--health-interval", "0.5", "-
         "--stop-timeout", "5", "--ready-timeout", "30"]
 
 
+def run_buun(*args: str, env: dict[str, str] | None = None, timeout: float = 60,
+             check: bool = False) -> subprocess.CompletedProcess[str]:
+    """`python -m buun_tool ARGS` from the checkout, in `env` (default: this process's); `check`: a
+    non-zero exit fails the test with both outputs."""
+    r = subprocess.run([sys.executable, "-m", "buun_tool", *args], capture_output=True, text=True,
+                       timeout=timeout, env=env, cwd=ROOT)
+    if check and r.returncode != 0:
+        raise AssertionError(f"buun {' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
+    return r
+
+
 class Buun:
     """`python -m buun_tool ...` in this test's isolated folders."""
 
@@ -37,11 +48,7 @@ class Buun:
 
     def __call__(self, *args: str, timeout: float = 60, env: dict[str, str] | None = None,
                  check: bool = False) -> subprocess.CompletedProcess[str]:
-        r = subprocess.run([sys.executable, "-m", "buun_tool", *args], capture_output=True, text=True,
-                           timeout=timeout, env={**os.environ, **(env or {})}, cwd=ROOT)
-        if check and r.returncode != 0:
-            raise AssertionError(f"buun {' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
-        return r
+        return run_buun(*args, env={**os.environ, **(env or {})}, timeout=timeout, check=check)
 
     def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         return subprocess.Popen([sys.executable, "-m", "buun_tool", *args], stdout=subprocess.PIPE,

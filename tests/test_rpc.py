@@ -7,8 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,12 +15,7 @@ from buun_tool.errors import NotReadyError, UsageError
 from buun_tool.server import rpc, worker
 from buun_tool.server.process import free_port
 from buun_tool.server.rpc import Device, Endpoint
-from tests.server_helpers import ROOT
-
-
-def buun(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "buun_tool", *args], capture_output=True, text=True, timeout=60,
-                          cwd=ROOT)
+from tests.server_helpers import run_buun as buun
 
 
 def flat(text: str) -> str:

@@ -21,7 +21,7 @@ import requests
 
 from buun_tool.server.process import free_port
 from tests.fake_llama_server import write_fake_bin
-from tests.server_helpers import FAST, ROOT, processes_with_env, wait_record
+from tests.server_helpers import FAST, ROOT, processes_with_env, run_buun, wait_record
 
 
 @dataclass
@@ -32,11 +32,7 @@ class Fake:
 
     def __call__(self, *args: str, check: bool = False, env: dict[str, str] | None = None,
                  timeout: float = 30) -> subprocess.CompletedProcess[str]:
-        r = subprocess.run([sys.executable, "-m", "buun_tool", *args], capture_output=True, text=True,
-                           timeout=timeout, env={**self.env, **(env or {})}, cwd=ROOT)
-        if check and r.returncode != 0:
-            raise AssertionError(f"buun {' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
-        return r
+        return run_buun(*args, env={**self.env, **(env or {})}, timeout=timeout, check=check)
 
     def launch_args(self, name: str, port: int, *options: str) -> list[str]:
         return ["--name", name, "--port", str(port), "--model", str(self.models[0]),
