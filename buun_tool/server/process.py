@@ -68,21 +68,22 @@ def stop_group(pgid: int, grace: float, child: subprocess.Popen[bytes] | None = 
     elif wait_group_gone(pgid, grace, child):
         how = "terminated"
     else:
-        signal_group(pgid, signal.SIGKILL)
-        wait_group_gone(pgid, 5.0, child)
-        how = "killed"
-    if child is not None:
-        try:
-            child.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        kill_group(pgid, child)
+        return "killed"
+    _reap(child)
     return how
 
 
 def kill_group(pgid: int, child: subprocess.Popen[bytes] | None = None) -> None:
-    """SIGKILL at once: for a hung server, whose graceful exit would wait on the stuck work."""
+    """SIGKILL the group, wait for it to go, reap: the stop flow's last step, and all of it for a
+    hung server, whose graceful exit would wait on the stuck work."""
     signal_group(pgid, signal.SIGKILL)
     wait_group_gone(pgid, 5.0, child)
+    _reap(child)
+
+
+def _reap(child: subprocess.Popen[bytes] | None) -> None:
+    """Our own child's exit collected (no zombie left), 5 s at most."""
     if child is not None:
         try:
             child.wait(timeout=5)
