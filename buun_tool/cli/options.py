@@ -8,6 +8,7 @@ the folder down; nothing below the command resolves it again.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -56,6 +57,19 @@ def show_log(path: Path, owner: str, lines: int, follow: bool) -> None:
                 console.out.print(console.printable(line), markup=False, highlight=False)
         except KeyboardInterrupt:
             pass
+
+
+def show_statuses(found: Sequence[Any], named: bool, json_out: bool, show: Callable[[Any], None],
+                  none: str) -> None:
+    """What `status` prints of the instances or workers `found`: with --json one object for the one
+    NAME gives, else a list; else each through `show`, and `none` when there is none."""
+    if json_out:
+        console.print_json(found[0].to_json() if named else [st.to_json() for st in found])
+        return
+    if not found:
+        console.info(none)
+    for st in found:
+        show(st)
 
 
 STATE_STYLE = {"ready": "green", "starting": "cyan", "backoff": "yellow", "stopping": "yellow", "failed": "red",

@@ -36,7 +36,7 @@ import typer
 
 from buun_tool import build, console, paths
 from buun_tool.cli.launch import ApiKeyOpt, LaunchOptions, launch_command
-from buun_tool.cli.options import FollowOpt, LinesOpt, duration, show_log, status_header
+from buun_tool.cli.options import FollowOpt, LinesOpt, duration, show_log, show_statuses, status_header
 from buun_tool.cli.options import status_row as row
 from buun_tool.errors import Exit, UsageError
 from buun_tool.server import command, control, devices, service
@@ -147,14 +147,8 @@ def status(
 ) -> None:
     """State, PID, uptime, restarts, endpoint, health, slots, DFlash acceptance and GPU memory."""
     insts = [control.resolve_name(name)] if name else all_instances()
-    found = [control.status(i, api_key) for i in insts]
-    if json_out:
-        console.print_json(found[0].to_json() if name else [st.to_json() for st in found])
-        return
-    if not found:
-        console.info("no server instances (start one with `buun start`)")
-    for st in found:
-        _print_status(st)
+    show_statuses([control.status(i, api_key) for i in insts], bool(name), json_out, _print_status,
+                  "no server instances (start one with `buun start`)")
 
 
 def _print_status(st: control.InstanceStatus) -> None:

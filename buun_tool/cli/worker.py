@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 
 from buun_tool import console
-from buun_tool.cli.options import FollowOpt, LinesOpt, duration, show_log, status_header
+from buun_tool.cli.options import FollowOpt, LinesOpt, duration, show_log, show_statuses, status_header
 from buun_tool.cli.options import status_row as row
 from buun_tool.server import control
 from buun_tool.server import worker as worker_mod
@@ -84,14 +84,8 @@ def status(
 ) -> None:
     """State, address, PID, uptime, restarts, whether it listens and which servers use it."""
     insts = [worker_mod.resolve_name(name)] if name else worker_mod.all_workers()
-    found = [worker_mod.status(i) for i in insts]
-    if json_out:
-        console.print_json(found[0].to_json() if name else [st.to_json() for st in found])
-        return
-    if not found:
-        console.info("no workers (start one with `buun worker start`)")
-    for st in found:
-        _print(st)
+    show_statuses([worker_mod.status(i) for i in insts], bool(name), json_out, _print,
+                  "no workers (start one with `buun worker start`)")
 
 
 def _print(st: worker_mod.WorkerStatus) -> None:
