@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ import requests
 from buun_tool.server import command, process
 from buun_tool.server.local import LocalServer
 
-__all__ = ["Server", "gpu_layers", "llama_server", "placement"]
+__all__ = ["Server", "concurrently", "gpu_layers", "llama_server", "placement", "stream_then_close"]
 
 
 def gpu_layers() -> list[str]:
@@ -65,3 +67,41 @@ def llama_server(bin_dir: Path, args: list[str], log: Path, ready_timeout: float
     argv = command.server_argv(str(bin_dir / "llama-server"), target, draft, "127.0.0.1", process.free_port(), flags)
     with LocalServer(argv, log, load_timeout=ready_timeout) as local:
         yield Server(local.url, log)
+
+
+def concurrently(calls: list[Callable[[], Any]], stagger: float = 0.0) -> list[Any]:
+    """Run each call on a thread of its own (call i starts i * stagger seconds after the first);
+    their results in order. An exception in a call fails the test with it."""
+    results: list[Any] = [None] * len(calls)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        time.sleep(i * stagger)
+        try:
+            results[i] = calls[i]()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def stream_then_close(server: Server, events: int, timeout: float = 300, **body: Any) -> int:
+    """Start a streamed /completion (`body`: its fields; 400 tokens past EOS unless it says
+    otherwise) and close the connection after `events` events, mid-generation (the server then
+    cancels the task); the events read."""
+    body = {"n_predict": 400, "ignore_eos": True, "stream": True, "cache_prompt": True, **body}
+    n = 0
+    with requests.post(server.url + "/completion", json=body, stream=True, timeout=timeout) as r:
+        assert r.status_code == 200, r.text[:300]
+        for line in r.iter_lines():
+            n += line.startswith(b"data:")
+            if n >= events:
+                break
+    return n

@@ -13,7 +13,6 @@ batch and alone on the CPU (so the module runs on the CPU build only).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.llama_proc import Server, gpu_layers, llama_server
+from tests.llama_proc import Server, concurrently, gpu_layers, llama_server, stream_then_close
 from tests.test_correctness import DFLASH, EXACT
 
 pytestmark = [pytest.mark.slow,
@@ -96,25 +95,6 @@ def _gen(server: Server, n: int, prompt: list[int] | str = PROMPT, **extra: Any)
 def _accepted(out: dict[str, Any]) -> int:
     return int(out["timings"].get("draft_n_accepted", 0))
 
-
-def _concurrently(calls: list[Callable[[], Any]]) -> list[Any]:
-    results: list[Any] = [None] * len(calls)
-    errors: list[BaseException] = []
-
-    def run(i: int) -> None:
-        try:
-            results[i] = calls[i]()
-        except BaseException as exc:  # noqa: BLE001 - raised in the test's thread below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return results
 
 
 # (request settings, whether drafts must be accepted): each must give AR's tokens
@@ -258,18 +238,6 @@ def test_odd_requests_answer_as_ar(ar: Server, tree: Server, slots4: Server, cas
         _healthy(server)
 
 
-def _stream_then_close(server: Server, events: int, **extra: Any) -> int:
-    body = {"prompt": PROMPT, "n_predict": 400, "temperature": 0.0, "ignore_eos": True, "stream": True,
-            "cache_prompt": True, "grammar": TWO, **extra}
-    n = 0
-    with requests.post(server.url + "/completion", json=body, stream=True, timeout=120) as r:
-        assert r.status_code == 200, r.text[:300]
-        for line in r.iter_lines():
-            n += line.startswith(b"data:")
-            if n >= events:
-                break
-    return n
-
 
 def test_cancelled_streams_and_more_requests_than_slots(ar: Server, slots4: Server) -> None:
     """Streams closed mid-draft and six requests of mixed settings on four slots at once: each
@@ -280,8 +248,9 @@ def test_cancelled_streams_and_more_requests_than_slots(ar: Server, slots4: Serv
     cases = [(prompts[k], 8 + k, {**settings[k], "cache_prompt": bool(k % 2)}) for k in range(6)]
     calls: list[Callable[[], Any]] = [lambda c=c: _gen(slots4, c[1], prompt=c[0], ignore_eos=True, **c[2])
                                       for c in cases]
-    calls += [lambda: _stream_then_close(slots4, 3), lambda: _stream_then_close(slots4, 7, id_slot=1)]
-    got = _concurrently(calls)
+    stream = {"prompt": PROMPT, "temperature": 0.0, "grammar": TWO, "timeout": 120}
+    calls += [lambda: stream_then_close(slots4, 3, **stream), lambda: stream_then_close(slots4, 7, id_slot=1, **stream)]
+    got = concurrently(calls)
     # rows of four slots' batches round unlike AR's single row (q4 kernels by batch size), so
     # near-ties may part: the constraints and the lengths are checked, not AR's tokens
     for (_, n, extra), out in zip(cases, got, strict=False):

@@ -25,16 +25,14 @@ any batch; a CUDA build picks kernels by batch size, so those run on the CPU onl
 from __future__ import annotations
 
 import re
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
-from tests.llama_proc import Server, gpu_layers, llama_server
+from tests.llama_proc import Server, concurrently, gpu_layers, llama_server, stream_then_close
 from tests.test_correctness import (
     DFLASH,
     EXACT,
@@ -71,28 +69,6 @@ def _slots_args(pair: tuple[Path, Path], n_slots: int, *extra: str) -> list[str]
             "-md", str(draft), *DFLASH, *extra]
 
 
-def _concurrently(calls: list[Callable[[], Any]], stagger: float = 0.0) -> list[Any]:
-    """Run each call on a thread of its own (call i starts i * stagger seconds after the first);
-    their results in order. An exception in a call fails the test with it."""
-    results: list[Any] = [None] * len(calls)
-    errors: list[BaseException] = []
-
-    def run(i: int) -> None:
-        time.sleep(i * stagger)
-        try:
-            results[i] = calls[i]()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return results
-
 
 def _slots(server: Server) -> list[dict[str, Any]]:
     r = requests.get(server.url + "/slots", timeout=30)
@@ -113,7 +89,7 @@ def test_concurrent_greedy_requests_equal_ar(llama_bin: Path, tiny_pair_f32: tup
     lengths = [n_gen + 5 * k for k in range(n_slots)]
     args = _slots_args(tiny_pair_f32, n_slots, *EXACT)
     with llama_server(llama_bin, args, tmp_path / "slots.log") as spec:
-        got = _concurrently([lambda k=k: spec.complete(prompts[k], lengths[k], id_slot=k) for k in range(n_slots)])
+        got = concurrently([lambda k=k: spec.complete(prompts[k], lengths[k], id_slot=k) for k in range(n_slots)])
         reported = {s["id"]: s.get("timings") for s in _slots(spec)}
     with llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar:
         for k, out in enumerate(got):
@@ -138,7 +114,7 @@ def test_partial_acceptance_on_four_slots_equals_one_slot(llama_bin: Path, tiny_
     with llama_server(llama_bin, _slots_args(tiny_pair_f32, 1, *EXACT, *SYNTH), tmp_path / "one.log") as one:
         alone = [one.complete(p, n, seed=11 + k) for k, (p, n) in enumerate(zip(prompts, lengths, strict=True))]
     with llama_server(llama_bin, _slots_args(tiny_pair_f32, 4, *EXACT, *SYNTH), tmp_path / "four.log") as four:
-        together = _concurrently([lambda k=k: four.complete(prompts[k], lengths[k], seed=11 + k, id_slot=k)
+        together = concurrently([lambda k=k: four.complete(prompts[k], lengths[k], seed=11 + k, id_slot=k)
                                   for k in range(4)])
     for k in range(4):
         drafted, accepted = _spec_stats(together[k])
@@ -163,7 +139,7 @@ def test_a_cached_slot_keeps_its_state_while_the_others_work(llama_bin: Path, ti
         drafted, accepted = _spec_stats(gen)
         assert 0 < accepted < drafted, f"need partial acceptance, got {accepted}/{drafted}"
         spec.complete(theirs[1][:8], 4, id_slot=1)
-        _concurrently([lambda k=k: spec.complete(theirs[k], 30, id_slot=k, cache_prompt=True) for k in range(2)])
+        concurrently([lambda k=k: spec.complete(theirs[k], 30, id_slot=k, cache_prompt=True) for k in range(2)])
         seq = mine + gen["tokens"] + [1234]
         cached = spec.complete(seq, 1, cache_prompt=True, n_probs=TOP_K, id_slot=2)
         assert cached["timings"]["prompt_n"] <= 2, "slot 2's cache was not reused: nothing was checked"
@@ -198,7 +174,7 @@ def test_device_features_of_two_slots_draft_as_host_features(llama_bin: Path, ti
         monkeypatch.setenv("LLAMA_DFLASH_DEVICE_FEATURES", device)
         log = tmp_path / f"features-{device}.log"
         with llama_server(llama_bin, args, log) as spec:
-            tokens = _concurrently([lambda k=k: spec.complete(prompts[k], 80, seed=3 + k, id_slot=k)["tokens"]
+            tokens = concurrently([lambda k=k: spec.complete(prompts[k], 80, seed=3 + k, id_slot=k)["tokens"]
                                     for k in range(2)], stagger=1.0)
         captured = {int(n) for n in DEVICE_ROWS.findall(log.read_text(errors="replace"))}
         runs[device] = (tokens, _candidates(log), captured)
@@ -207,20 +183,6 @@ def test_device_features_of_two_slots_draft_as_host_features(llama_bin: Path, ti
     assert set(runs["1"][1]) == {"0", "1"} and min(map(len, runs["1"][1].values())) >= 3 * 40
     assert runs["1"][:2] == runs["0"][:2], "the drafts differ between device and host features"
 
-
-def _stream_then_close(server: Server, prompt: list[int], events: int, **extra: Any) -> int:
-    """Start a streamed greedy request and close the connection after `events` tokens (the server
-    then cancels the task); the events read."""
-    body = {"prompt": prompt, "n_predict": 400, "temperature": 0.0, "top_k": 1, "ignore_eos": True,
-            "stream": True, "cache_prompt": True, **extra}
-    n = 0
-    with requests.post(server.url + "/completion", json=body, stream=True, timeout=300) as r:
-        assert r.status_code == 200, r.text[:300]
-        for line in r.iter_lines():
-            n += line.startswith(b"data:")
-            if n >= events:
-                break
-    return n
 
 
 def _idle(server: Server, timeout: float = 60) -> None:
@@ -238,8 +200,9 @@ def test_a_cancelled_request_leaves_the_other_slot_alone(llama_bin: Path, tiny_p
     target, _ = tiny_pair_f32
     mine, theirs, other = _prompt(0, 23), _prompt(1, 40), _prompt(2, 30)
     with llama_server(llama_bin, _slots_args(tiny_pair_f32, 2, *EXACT), tmp_path / "spec.log") as spec:
-        busy = _concurrently([lambda: spec.complete(theirs, 64, id_slot=1),
-                              lambda: _stream_then_close(spec, mine, 10, id_slot=0)], stagger=0.5)[0]
+        mine_greedy = {"prompt": mine, "temperature": 0.0, "top_k": 1, "id_slot": 0}
+        busy = concurrently([lambda: spec.complete(theirs, 64, id_slot=1),
+                             lambda: stream_then_close(spec, 10, **mine_greedy)], stagger=0.5)[0]
         _idle(spec)
         again = spec.complete(mine, 32, id_slot=0, cache_prompt=True)
         fresh = spec.complete(other, 32, id_slot=0, cache_prompt=True)
@@ -281,7 +244,7 @@ def test_slot_save_and_restore_while_another_slot_generates(llama_bin: Path, tin
                 assert any(s["is_processing"] for s in _slots(spec)), "slot 1 finished before the restore"
 
             actions = [save_and_restore] if mode == "restored" else [lambda: None]
-            busy = _concurrently([lambda spec=spec: spec.complete(theirs, BUSY_TOKENS, id_slot=1), *actions],
+            busy = concurrently([lambda spec=spec: spec.complete(theirs, BUSY_TOKENS, id_slot=1), *actions],
                                  stagger=RESTORE_AFTER)[0]
             _idle(spec)
             mark = len(log.read_text(errors="replace"))
