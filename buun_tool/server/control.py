@@ -52,16 +52,19 @@ def busy_error(inst: Instance) -> AlreadyRunning:
                           f"`{inst.command('status')}` shows it")
 
 
-def take_guard(inst: Instance, fd: int) -> int:
-    """The instance's guard, taken with its lock `fd`, or the lock let go and the error: a start
-    got the lock of a lock file made anew while a supervisor still runs (instance.py)."""
+def claim(inst: Instance) -> tuple[int, int]:
+    """The instance's lock and its guard (fds), for a launch; AlreadyRunning when a supervisor holds
+    either: the guard alone when the lock file was made anew while that supervisor runs (instance.py)."""
+    fd = inst.try_lock()
+    if fd is None:
+        raise busy_error(inst)
     guard = inst.take_guard()
     if guard is None:
         os.close(fd)
         raise AlreadyRunning(f"{_kind(inst)} {inst.name} is already running: its supervisor lives on, though its lock "
                              "file was deleted", f"it makes its files again within seconds: `{inst.command('status')}` "
                              f"shows it, `{inst.command('stop')}` stops it")
-    return guard
+    return fd, guard
 
 
 def _kind(inst: Instance) -> str:
@@ -102,10 +105,7 @@ def launch(spec: LaunchSpec, api_key: str | None, *, foreground: Listener | None
     spec.check_files()
     inst = Instance(spec.name)
     new = not inst.dir.exists()
-    fd = inst.try_lock()
-    if fd is None:
-        raise busy_error(inst)
-    guard = take_guard(inst, fd)
+    fd, guard = claim(inst)
     try:
         try:
             check_port(spec)

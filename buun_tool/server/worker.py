@@ -198,10 +198,7 @@ def launch(spec: WorkerSpec, *, wait: bool = True, progress: control.Progress | 
     """Start a worker as control.launch starts a server: the lock first, then the supervisor,
     detached (returns once it listens) or in the foreground."""
     inst = WorkerInstance(spec.name)
-    fd = inst.try_lock()
-    if fd is None:
-        raise control.busy_error(inst)
-    guard = control.take_guard(inst, fd)
+    fd, guard = control.claim(inst)
     try:
         _check_port(spec)
         inst.write_spec(spec.to_json())
