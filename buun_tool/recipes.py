@@ -234,14 +234,14 @@ class _Reader:
             if not isinstance(node, dict) or part not in node:
                 if default is not ...:
                     return default
-                raise self.fail(dotted, f"a {_kind_name(kind)} (field missing)")
+                raise self.fail(dotted, f"{_a(_kind_name(kind))} (field missing)")
             node = node[part]
         if kind is float and isinstance(node, int) and not isinstance(node, bool):
             node = float(node)
         kinds = kind if isinstance(kind, tuple) else (kind,)
         # YAML's true (and yes) is a bool, and a bool an int to Python: only a boolean field takes one
         if not isinstance(node, kind) or (isinstance(node, bool) and bool not in kinds):
-            raise self.fail(dotted, f"a {_kind_name(kind)}", node)
+            raise self.fail(dotted, _a(_kind_name(kind)), node)
         return node
 
     def str_list(self, dotted: str, default: Any = ...) -> tuple[str, ...]:
@@ -273,6 +273,11 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     if isinstance(kind, tuple):
         return " or ".join(names.get(k, k.__name__) for k in kind)
     return names.get(kind, kind.__name__)
+
+
+def _a(noun: str) -> str:
+    """`noun` after its article: "an integer", "a string"."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 # Every key a recipe may have: a set lists the keys of a mapping, a dict the mappings below it.
