@@ -1,4 +1,4 @@
-"""Recorded `buun bench` runs under docs/results/ and helpers for the tests that read them."""
+"""Recorded `buun bench` runs (tests/data/bench) and helpers for the tests that read them."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ from typer.testing import CliRunner
 
 from buun_tool.cli.app import app
 
-RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
-RECORDED = RESULTS / "h100-2026-11-27-pdl" / "bench-all-1" / "bench.json"  # format 1: before the report
-TWIN = RESULTS / "h100-2026-11-27-targets" / "bench-all-1" / "bench.json"  # the same configurations as RECORDED
-OTHER_CONFIGS = RESULTS / "h200-2026-11-26" / "bench-cd256.json"  # no AR row
+# copies of H100/H200 runs' bench.json (docs/results/h100-2026-11-27-pdl, -targets and h200-2026-11-26)
+DATA = Path(__file__).resolve().parent / "data" / "bench"
+RECORDED = DATA / "recorded.json"  # format 1: before the report
+TWIN = DATA / "twin.json"  # the same configurations as RECORDED
+OTHER_CONFIGS = DATA / "other-configs.json"  # no AR row
+REPO = Path(__file__).resolve().parent.parent
 # the python of the tests with matplotlib made unimportable, as on a machine without the bench extra
 NO_MATPLOTLIB = [sys.executable, "-c", "import sys; sys.modules['matplotlib'] = None; "
                  "from buun_tool.cli.app import main; sys.argv[0] = 'buun'; main()"]
@@ -97,6 +99,6 @@ def _sample(config: str, prompt_id: str, al: float | None, step_ms: float) -> An
 
 
 def _code_prompts() -> list[dict[str, str]]:
-    rows = map(json.loads, (RESULTS.parent.parent / "buun_tool/data/prompts/code.jsonl").read_text().splitlines())
+    rows = map(json.loads, (REPO / "buun_tool/data/prompts/code.jsonl").read_text().splitlines())
     return [{"suite": "code", "id": r["id"], "text": r["prompt"]} for r in rows if r["id"] in ("code/fib",
                                                                                                  "code/quicksort")]
