@@ -19,12 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from buun_tool import console, locks, paths
 from buun_tool.errors import BuunError, CommandError, Exit, NotReadyError, UsageError
 from buun_tool.fsutil import clear_leftovers, replaced, sha256_file
 from buun_tool.proc import git, run
+from buun_tool.recipes import load_yaml
 from buun_tool.stage import StageStatus, current, stale
 
 BASELINE_TAG = "buun-baseline"
@@ -58,7 +57,7 @@ class Pin:
 def load_pin(path: Path | None = None) -> Pin:
     path = path or paths.pin_file()
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = load_yaml(path.read_text(), path, UsageError)
     except FileNotFoundError:
         raise UsageError(f"pin file {path} is missing",
                          "restore it from git: git checkout vendor/pin.yaml") from None

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from buun_tool import paths, recipes
 from buun_tool.cli.app import app
-from buun_tool.errors import Exit
+from buun_tool.errors import Exit, UsageError
 
 
 def _shipped_text() -> str:
@@ -427,3 +427,49 @@ def test_a_value_of_yaml_aliases_is_quoted_short(tmp_path: Path, dotted: str, ex
     res = CliRunner().invoke(app, ["drafter", str(path)])
     assert res.exit_code == Exit.USAGE, res.output
     assert expected in res.stderr and len(res.stderr) < 2000
+
+
+@pytest.mark.parametrize(("after", "added", "dotted"), [
+    # a second `server:` block at the end: PyYAML kept it alone, the first's flags (DFlash's) gone
+    (None, "server:\n  slots: 2\n", "server"),
+    ("    --spec-type: dflash\n", "    --spec-type: none\n", "server.flags.--spec-type"),
+    ("    budget: 0\n", "    budget: 22\n", "server.tree.budget"),
+])
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path: Path, after: str | None, added: str, dotted: str):
+    """`buun serve` with a recipe of two `server:` blocks served without --spec-type dflash: a
+    repeated key at any level is a usage error naming the file, the key and both lines."""
+    text = _shipped_text()
+    if after is None:
+        first, second = text.splitlines().index("server:") + 1, len(text.splitlines()) + 1
+        text += added
+    else:
+        cut = text.index(after) + len(after)
+        first, second = text[:cut].count("\n"), text[:cut].count("\n") + 1
+        text = text[:cut] + added + text[cut:]
+    path = _write(tmp_path, text)
+    res = CliRunner().invoke(app, ["serve", "--print-cmd", str(path)])
+    assert res.exit_code == Exit.USAGE, res.output
+    assert res.stderr.startswith(f"error: {path}: {dotted} is given twice, at lines {first} and {second}: "), res.stderr
+    assert f"keep one `{dotted.rpartition('.')[2]}:`" in res.stderr
+
+
+def test_keys_merged_from_an_anchor_may_be_overridden(tmp_path: Path):
+    """`<<: *base` then a key of its own is YAML's way to override, not a repeated key."""
+    text = _shipped_text().replace("  tree:\n    budget: 0\n    k: 8\n",
+                                   "  tree:\n    <<: &t {budget: 4, k: 8}\n    budget: 0\n")
+    assert "<<: &t" in text
+    assert recipes.load(str(_write(tmp_path, text))).tree_budget == 0
+
+
+def test_a_pin_file_with_a_key_given_twice_is_refused(tmp_path: Path):
+    from buun_tool import vendor
+
+    pin = tmp_path / "pin.yaml"
+    text = paths.pin_file().read_text()
+    pin.write_text(text + "commit: 0000000000000000000000000000000000000000\n")
+    first = text.splitlines().index(f"commit: {vendor.load_pin().commit}") + 1
+    with pytest.raises(UsageError) as info:
+        vendor.load_pin(pin)
+    assert info.value.message == (f"{pin}: commit is given twice, at lines {first} and {len(text.splitlines()) + 1}: "
+                                  "YAML would keep the second and drop the first without a word")
+    assert info.value.exit_code == Exit.USAGE
