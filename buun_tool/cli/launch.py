@@ -54,7 +54,7 @@ RpcOpt = Annotated[str | None, typer.Option(
     "--rpc", metavar="HOST:PORT,...", show_default=False,
     help="Split the model over these RPC workers (`buun worker start` on each; llama-server's --rpc). Each must "
     "answer before the launch; the drafter goes on the device that holds the target's last layers and output "
-    "matrix, which it shares. README: \"Other machines\".")]
+    "matrix, which it shares. docs/serving.md: \"Other machines\".")]
 GpusOpt = Annotated[str | None, typer.Option(
     "--gpus", metavar="0,1", show_default=False,
     help="The cards to run on, by nvidia-smi index; several split the target by layers (-sm layer, -ts from "
