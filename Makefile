@@ -6,7 +6,7 @@ VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: dev system-deps install llama build test lint clean-build
+.PHONY: dev system-deps install llama build check test lint clean-build
 
 dev: system-deps install llama        ## everything the tests need, from a fresh clone
 
@@ -37,8 +37,17 @@ build: llama
 lint: install
 	$(VENV)/bin/ruff check .
 
-test: lint                            ## lint, then the whole test suite against the CPU build
-	$(PYTHON) -m pytest -q
+# The suite in two tiers (docs/development.md). `check` is the edit-test loop: lint and every test
+# that starts no llama-server and builds nothing (conftest marks each test that uses the build's
+# fixtures `slow`). `test` is the whole suite: `check`, then the slow tier; CI runs it. Each tier
+# says how long it took.
+check: lint                           ## lint, then the tests that need no llama.cpp build (a few minutes)
+	@start=$$(date +%s); $(PYTHON) -m pytest -q -m "not slow" --durations=5; rc=$$?; \
+	  echo "tier check: $$(( $$(date +%s) - start )) s"; exit $$rc
+
+test: check                           ## the whole suite: `check`, then the tests that run the CPU build
+	@start=$$(date +%s); $(PYTHON) -m pytest -q -m slow --durations=15; rc=$$?; \
+	  echo "tier slow: $$(( $$(date +%s) - start )) s"; exit $$rc
 
 clean-build:
 	rm -rf vendor/build

@@ -3,6 +3,7 @@ checkout (made once by .ci/run or `make build`) serves the tests that run real b
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,26 @@ from buun_tool import build
 # fixture modules shared by several test files
 pytest_plugins = ["tests.build_fixtures", "tests.fake_gpus", "tests.fake_llama", "tests.lock_holder", "tests.models",
                   "tests.models_fixtures", "tests.server_fixtures"]
+
+
+# Fixtures that need the llama.cpp build: a test that uses one (directly or through another fixture)
+# runs real binaries, so it belongs to the full tier, never to `make check`.
+NEEDS_BUILD = {"llama_bin", "upstream_build_dir"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Started in the background by a non-interactive shell (`nohup make test &`), pytest inherits an
+    # ignored SIGINT, and so would every child it starts (an ignored disposition survives exec): the
+    # tests that send Ctrl-C to buun would wait for an exit that never comes. A handler of our own is
+    # reset to the default at each child's exec, so children get SIGINT as from a terminal.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if NEEDS_BUILD & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)
