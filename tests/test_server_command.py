@@ -409,10 +409,70 @@ class TestExposure:
         assert "--api-key" in text and "--no-api-key" in text
 
     @pytest.mark.parametrize("cmd", ["serve", "start"])
-    @pytest.mark.parametrize("opt", [["--no-api-key"], ["--api-key", "k"], ["--", "--api-key-file", "/k"]])
-    def test_a_key_or_no_api_key_lets_it_through(self, fake_bin: Path, cmd: str, opt: list[str]) -> None:
+    @pytest.mark.parametrize("opt", [["--no-api-key"], ["--api-key", "k"], ["--", "--api-key-file", "keys"]])
+    def test_a_key_or_no_api_key_lets_it_through(self, fake_bin: Path, cmd: str, opt: list[str], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+        (tmp_path / "keys").write_text("k\n")
+        monkeypatch.chdir(tmp_path)
         r = CliRunner().invoke(app, [cmd, *self.ARGS, *opt])
         assert r.exit_code == 3 and "/m/t.gguf does not exist" in flat(r.stderr)  # next check: the models
+
+    # llama-server splits LLAMA_API_KEY at commas ('"' quotes one) and drops the empty parts: each of
+    # these was "a key is set" to buun and no key at all to llama-server, which served 0.0.0.0 open
+    @pytest.mark.parametrize("key", [",", ",,,", '""', '"",""', '"'])
+    @pytest.mark.parametrize("cmd", ["serve", "start"])
+    def test_a_key_llama_server_reads_as_none_is_refused(self, fake_bin: Path, cmd: str, key: str) -> None:
+        r = CliRunner().invoke(app, [cmd, *self.ARGS, "--api-key", key])
+        assert r.exit_code == 2, r.output
+        assert ("error: the API key given (--api-key, BUUN_API_KEY, or --api-key in the recipe or after `--`) "
+                "holds no key: llama-server splits it at commas") in flat(r.stderr)
+        assert "hint: use a key of letters, digits" in flat(r.stderr)
+
+    @pytest.mark.parametrize(("key", "why"), [
+        (" ", "no client can send it: it is only white space"),
+        ("\t \t", "no client can send it: it is only white space"),
+        ("good,  ", "no client can send its part 2 of 2 (split at commas): it is only white space"),
+        ("sekrit ", "no client can send it: it ends in white space, which HTTP drops from a header"),
+        ("sek\x01rit", "no client can send it: it holds a control character"),
+    ])
+    def test_a_key_no_client_can_send_is_refused_on_any_host(self, fake_bin: Path, key: str, why: str) -> None:
+        """A request's header loses its end spaces: such a server would answer every request 401."""
+        for host in ("0.0.0.0", "127.0.0.1"):
+            r = CliRunner().invoke(app, ["serve", *self.ARGS[:4], "--host", host, "--port", "1", "--api-key", key])
+            assert r.exit_code == 2, r.output
+            assert why in flat(r.stderr) and "sekrit" not in r.output
+
+    @pytest.mark.parametrize(("text", "why"), [
+        ("", " holds no key: llama-server skips its empty lines and those starting with '#'"),
+        ("# the LAN's key, one a line\n\n#sekrit\n", " holds no key: llama-server skips its empty lines"),
+        ("# keys\r\nsekrit\r\n", ": no client can send the key of line 2: it holds a control character "
+                                   "(a Windows line end?)"),
+        ("sekrit\n  \n", ": no client can send the key of line 2: it is only white space"),
+    ])
+    def test_a_key_file_llama_server_reads_no_usable_key_from_is_refused(self, fake_bin: Path, tmp_path: Path,
+                                                                           text: str, why: str) -> None:
+        keys = tmp_path / "keys"
+        keys.write_bytes(text.encode())
+        r = CliRunner().invoke(app, ["start", *self.ARGS, "--", "--api-key-file", str(keys)])
+        assert r.exit_code == 2, r.output
+        assert f"error: --api-key-file {keys}{why}" in flat(r.stderr)
+        assert "sekrit" not in r.output
+
+    def test_a_key_file_that_cannot_be_read_is_refused(self, fake_bin: Path, tmp_path: Path) -> None:
+        none = tmp_path / "none"
+        r = CliRunner().invoke(app, ["start", *self.ARGS, "--", "--api-key-file", str(none)])
+        assert r.exit_code == 2 and f"--api-key-file {none}: cannot read it: No such file" in flat(r.stderr)
+
+    def test_setup_and_a_recipe_key_are_judged_alike(self, fake_bin: Path) -> None:
+        r = CliRunner().invoke(app, ["setup", "--host", "0.0.0.0", "--dry-run", "--", "--api-key", ","])
+        assert r.exit_code == 2 and "holds no key: llama-server splits it at commas" in flat(r.stderr), r.output
+        _user_recipe("keyed", {"--api-key": ",,"})
+        r = CliRunner().invoke(app, ["serve", "keyed", *self.ARGS])
+        assert r.exit_code == 2 and "holds no key: llama-server splits it at commas" in flat(r.stderr), r.output
+
+    def test_keys_are_split_as_llama_server_splits_them(self) -> None:
+        assert command.csv_keys('a,"b,c",,"d""e",f"g') == ["a", "b,c", 'd"e', 'f"g']
+        assert command.csv_keys('"x"y') == ["xy"]  # as common/arg.cpp's parse_csv_row: the quotes go
 
     def test_a_recipe_key_counts(self, fake_bin: Path) -> None:
         _user_recipe("keyed", {"--api-key": "k"})

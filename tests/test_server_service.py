@@ -118,7 +118,27 @@ def test_an_api_key_is_never_written(unit_env: dict) -> None:
     r = install(unit_env, "--name", "k", "--", "--api-key", "sekrit")
     assert r.exit_code == 2 and "--api-key-file" in " ".join(r.stderr.split())
     assert not (unit_env["dir"] / "buun-k.service").exists()
-    assert install(unit_env, "--name", "k", "--host", "0.0.0.0", "--", "--api-key-file", "/etc/k").exit_code == 0
+    keys = unit_env["models"].parent / "keys"
+    keys.write_text("sekrit\n")
+    assert install(unit_env, "--name", "k", "--host", "0.0.0.0", "--", "--api-key-file", str(keys)).exit_code == 0
+    assert "sekrit" not in (unit_env["dir"] / "buun-k.service").read_text() + json.dumps(saved("k"))
+
+
+def test_a_key_file_without_a_key_is_refused_and_a_relative_one_is_saved_whole(
+        unit_env: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama-server skips a key file's empty lines and those starting with '#': a file of only
+    those passed the check and the unit served 0.0.0.0 without a key. The unit's llama-server runs
+    in buun's folder: a path relative to the install's folder is saved whole."""
+    keys = tmp_path / "keys"
+    keys.write_text("# the key for the LAN, one a line\n\n")
+    monkeypatch.chdir(tmp_path)
+    r = install(unit_env, "--name", "f", "--host", "0.0.0.0", "--", "--api-key-file", "keys")
+    assert r.exit_code == 2, r.output
+    assert f"--api-key-file {keys} holds no key: llama-server skips its empty lines" in " ".join(r.stderr.split())
+    assert not (unit_env["dir"] / "buun-f.service").exists()
+    keys.write_text("# the key for the LAN, one a line\nsekrit\n")
+    assert install(unit_env, "--name", "f", "--host", "0.0.0.0", "--", "--api-key-file", "keys").exit_code == 0
+    assert ["--api-key-file", str(keys)] in saved("f")["flags"]
 
 
 def test_a_hub_token_is_never_written(unit_env: dict) -> None:

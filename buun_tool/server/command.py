@@ -252,14 +252,107 @@ def display(argv: Sequence[str], api_key: str | None = None, env: Mapping[str, s
     return prefix + shlex.join(mask(argv))
 
 
+KEY_FILE = "--api-key-file"
+_GIVEN_KEY = "the API key given (--api-key, BUUN_API_KEY, or --api-key in the recipe or after `--`)"
+_KEY_HINT = "use a key of letters, digits and '-' or '_' (`openssl rand -hex 32` makes one)"
+
+
+def csv_keys(value: str) -> list[str]:
+    """The API keys llama-server reads from one --api-key value (LLAMA_API_KEY, which buun hands it),
+    as its common/arg.cpp does: a row of comma-separated fields, where a field that starts with '"'
+    runs to the next lone '"' and may hold commas ('""' in it is one '"'); the empty fields are
+    dropped. So `,` or `""` is no key at all, and llama-server runs without one."""
+    fields: list[str] = []
+    field, quoted, i = "", False, 0
+    while i < len(value):
+        ch = value[i]
+        if ch == '"' and not quoted and not field:
+            quoted = True
+        elif ch == '"' and quoted and value[i + 1:i + 2] == '"':
+            field += '"'
+            i += 1
+        elif ch == '"' and quoted:
+            quoted = False
+        elif ch == "," and not quoted:
+            fields.append(field)
+            field = ""
+        else:
+            field += ch
+        i += 1
+    fields.append(field)
+    return [f for f in fields if f]
+
+
+def file_keys(text: str) -> list[tuple[int, str]]:
+    """(line number, key) of each key llama-server reads from an --api-key-file: every line, as it
+    is, but the empty ones and those starting with '#'."""
+    return [(n, line) for n, line in enumerate(text.split("\n"), 1) if line and not line.startswith("#")]
+
+
+def unsendable(key: str) -> str | None:
+    """Why no client can send `key` (None when one can): HTTP drops the spaces and tabs at the end of
+    a header's value (a key of only those is none at all) and refuses its control characters, so
+    llama-server would answer every request 401."""
+    if re.search(r"[\x00-\x08\x0a-\x1f\x7f]", key):
+        return "it holds a control character" + (" (a Windows line end?)" if key.endswith("\r") else "")
+    if key.strip(" \t") == "":
+        return "it is only white space"
+    if key.endswith((" ", "\t")):
+        return "it ends in white space, which HTTP drops from a header"
+    return None
+
+
+def api_keys(flags: Sequence[Flag], api_key: str | None) -> list[str]:
+    """The keys llama-server will take, as it reads them: `api_key` (or else the last --api-key among
+    `flags`, as spec.resolve hands it on) split as csv_keys does, and the lines of each
+    --api-key-file. A value or file that gives no key, or a key no client can send, is a usage
+    error (the server would run without a key, or refuse everyone); the key itself is never shown."""
+    given = api_key or next((v for n, v in reversed(flags) if canonical(n) == "--api-key" and v), None)
+    keys: list[str] = []
+    if given:
+        found = csv_keys(given)
+        if not found:
+            raise UsageError(f"{_GIVEN_KEY} holds no key: llama-server splits it at commas and drops the "
+                             "empty parts, and would serve without a key", _KEY_HINT)
+        for i, key in enumerate(found, 1):
+            if why := unsendable(key):
+                part = f"its part {i} of {len(found)} (split at commas)" if len(found) > 1 else "it"
+                raise UsageError(f"{_GIVEN_KEY}: no client can send {part}: {why}", _KEY_HINT)
+        keys += found
+    for name, path in flags:
+        if canonical(name) != KEY_FILE:
+            continue
+        if not path:
+            raise UsageError(f"{name} needs a value", f"{name} FILE: a file with one API key a line")
+        try:
+            with open(path, "rb") as f:
+                text = f.read().decode("utf-8", "surrogateescape")
+        except OSError as exc:
+            raise UsageError(f"{name} {path}: cannot read it: {exc.strerror}",
+                             "give the file that holds the API key, one a line") from None
+        found_lines = file_keys(text)
+        if not found_lines:
+            raise UsageError(f"{name} {path} holds no key: llama-server skips its empty lines and those "
+                             "starting with '#', and would serve without a key",
+                             f"write the key on a line of its own; {_KEY_HINT}")
+        for line, key in found_lines:
+            if why := unsendable(key):
+                raise UsageError(f"{name} {path}: no client can send the key of line {line}: {why}",
+                                 f"write each key on a line of its own, with nothing around it; {_KEY_HINT}")
+        keys += [k for _, k in found_lines]
+    return keys
+
+
 def has_auth(flags: Sequence[Flag], api_key: str | None) -> bool:
-    return bool(api_key) or any(canonical(n) in ("--api-key", "--api-key-file") for n, _ in flags)
+    """Whether llama-server will ask for a key (api_keys: an unusable one is an error)."""
+    return bool(api_keys(flags, api_key))
 
 
 def check_exposure(host: str, flags: Sequence[Flag], api_key: str | None, no_api_key: bool) -> None:
-    """Refuse to serve beyond loopback without an API key, unless the user said so (--no-api-key):
+    """Refuse an API key llama-server would read as none or that no client can send (api_keys), on
+    any host; and to serve beyond loopback without a key, unless the user said so (--no-api-key):
     anyone who can reach the port could use the server."""
-    if no_api_key or is_loopback(host) or has_auth(flags, api_key):
+    if has_auth(flags, api_key) or no_api_key or is_loopback(host):
         return
     raise UsageError(f"--host {host} lets other machines reach this server and no API key is set",
                      "pass --api-key KEY (or set BUUN_API_KEY, or `-- --api-key-file FILE`); to serve "

@@ -167,6 +167,9 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
                             models_dir, tree_budget, slots, where, endpoints,
                             cpu_build=build.variant_of(binary) == "cpu")
     flags, secrets, context = resolved.flags, resolved.secrets, resolved.context
+    # llama-server opens a key file from its own folder (buun's, when detached), and check_exposure
+    # judges the keys in it from this one: the same file for both, and for a restart from elsewhere
+    flags = [(n, os.path.abspath(v) if v and command.canonical(n) == command.KEY_FILE else v) for n, v in flags]
     check_port(port)
     from_layout = model is None and draft is None
     if model is None or draft is None:
