@@ -116,6 +116,45 @@ def test_a_full_disk_neither_hangs_nor_ends_the_server(fake: Fake) -> None:
     assert_none_left(fake)
 
 
+def test_status_says_a_record_its_supervisor_could_not_write_is_stale(fake: Fake) -> None:
+    """After a relaunch on a full disk, `buun status` showed the record as last written, 'ready,
+    restarts 0', with no warning. The supervisor's failed writes now set the old record's
+    modification time (which needs no free space), and the server it runs is not the one the
+    record names: status says the record is stale and why, and shows the server that runs."""
+    port = free_port()
+    fake.start("behind", port)
+    rec = fake.record("behind")
+    sup = psutil.Process(rec["supervisor"]["pid"])
+    sup.rlimit(psutil.RLIMIT_FSIZE, (100, psutil.RLIM_INFINITY))  # no record (nor log line) fits
+    old = rec["server"]["pid"]
+    psutil.Process(old).kill()
+    deadline = time.monotonic() + 15
+    st: dict = {}
+    while time.monotonic() < deadline:
+        st = json.loads(fake("status", "behind", "--json", check=True).stdout)
+        if st["record_behind"] and "does not name" in st["record_behind"] and "could not write" in st["record_behind"]:
+            break
+        time.sleep(0.3)
+    new = sup.children()[0].pid
+    assert new != old and fake.record("behind")["server"]["pid"] == old  # the record could not be written
+    assert st["state"] == "ready" and st["restarts"] == 0, st  # what the record says ...
+    behind = st["record_behind"] or ""
+    assert "its supervisor could not write it since" in behind and "a full disk" in behind, st
+    assert f"llama-server now runs as pid {new}" in behind and f"not pid {old}" in behind, st
+    assert st["server_pid"] == new and st["health"] == "ok", st  # ... and the server that runs
+    text = " ".join(fake("status", "behind", check=True).stdout.split())
+    assert "ready (stale record: see below)" in text and "warning stale record, written at" in text, text
+    assert f"pid {new} (supervisor {sup.pid})" in text, text
+
+    sup.rlimit(psutil.RLIMIT_FSIZE, (psutil.RLIM_INFINITY, psutil.RLIM_INFINITY))
+    fake.wait("behind", lambda r: r["server"] and r["server"]["pid"] == new and r["state"] == "ready")
+    time.sleep(2.5)  # past the lag status allows a record
+    st = json.loads(fake("status", "behind", "--json", check=True).stdout)
+    assert st["record_behind"] is None and st["restarts"] == 1 and st["server_pid"] == new, st
+    fake("stop", "behind", check=True)
+    assert_none_left(fake)
+
+
 def test_a_damaged_record_is_written_again(fake: Fake) -> None:
     """A record cut short (a crash of the machine mid-write, a hand edit) made `buun status` say
     'stopped' while the server served, and `buun stop` fail ('locked but its supervisor is

@@ -153,7 +153,9 @@ def status(
 
 def _print_status(st: control.InstanceStatus) -> None:
     r, state = st.record, st.state.value
-    status_header(st.name, state, " (stale record: its supervisor is gone)" if st.stale else "")
+    status_header(st.name, state, " (stale record: its supervisor is gone)" if st.stale
+                  else " (stale record: see below)" if st.behind else "")
+    row("warning", f"stale record, {st.behind}" if st.behind else None)
     live = st.state != State.STOPPED
     row("phase", r.phase if r else None)
     row("pid", f"{st.server_pid} (supervisor {r.supervisor.pid})" if st.server_pid and r and r.supervisor

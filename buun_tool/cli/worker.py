@@ -90,7 +90,8 @@ def status(
 
 def _print(st: worker_mod.WorkerStatus) -> None:
     r = st.record
-    status_header(f"worker {st.name}", st.state.value)
+    status_header(f"worker {st.name}", st.state.value, " (stale record: see below)" if st.behind else "")
+    row("warning", f"stale record, {st.behind}" if st.behind else None)
     row("address", st.address)
     row("pid", f"{st.pid} (supervisor {r.supervisor.pid})" if st.pid and r and r.supervisor else st.pid)
     row("uptime", duration(st.uptime_s))

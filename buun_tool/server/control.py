@@ -311,6 +311,7 @@ class InstanceStatus:
     running: bool  # a supervisor holds the instance lock
     record: Record | None = None  # the supervisor's last record
     stale: bool = False  # the record says running, but no supervisor holds the lock
+    behind: str | None = None  # why the live supervisor's record is older than what it does (record_lag)
     server_pid: int | None = None
     orphan: bool = False  # llama-server lives on without its supervisor: `buun stop` ends it
     uptime_s: float | None = None  # this llama-server's
@@ -326,6 +327,7 @@ class InstanceStatus:
     def to_json(self) -> dict[str, Any]:
         out = self.record.to_json() if self.record else {}
         out.update(name=self.name, state=self.state.value, running=self.running, stale=self.stale,
+                   record_behind=self.behind,
                    server_pid=self.server_pid, orphan=self.orphan, uptime_s=self.uptime_s,
                    supervisor_uptime_s=self.supervisor_uptime_s, endpoint=self.endpoint,
                    model_files={"target": self.record.target, "draft": self.record.draft} if self.record else None,
@@ -346,13 +348,16 @@ def status(inst: Instance, api_key: str | None = None) -> InstanceStatus:
         return InstanceStatus(inst.name, State.STOPPED, running)
     stale = not running and r.state.running
     server = live(r.server, "llama-server")
+    behind, unrecorded = record_lag(inst, r, running)
+    server = unrecorded or server
+    started = unrecorded.create_time() if unrecorded else r.server_started_at
     now = time.time()
     data = inst.read_spec()
     url = LaunchSpec.from_json(data).url if data else None
     return InstanceStatus(
-        inst.name, State.STOPPED if stale else r.state, running, r, stale=stale,
+        inst.name, State.STOPPED if stale else r.state, running, r, stale=stale, behind=behind,
         server_pid=server.pid if server else None, orphan=bool(server and not running),
-        uptime_s=round(now - r.server_started_at, 1) if server and r.server_started_at else None,
+        uptime_s=round(now - started, 1) if server and started else None,
         supervisor_uptime_s=round(now - r.started_at, 1) if running and r.started_at else None,
         endpoint=url, context=data.get("context") if data else None,
         placement=data.get("placement") if data else None,
@@ -360,6 +365,58 @@ def status(inst: Instance, api_key: str | None = None) -> InstanceStatus:
         workers=workers_of(data or {}, r, server.pid if server else None),
         rpc_placement=rpc_placement_of(data or {}),
         probes=_probe_all(url, api_key or os.environ.get(API_KEY_ENV), server.pid) if server and url else None)
+
+
+# How far a live supervisor's record may lag behind what it does before `buun status` calls it
+# stale: a record is written within milliseconds of its updated_at, and a launch as it starts.
+RECORD_LAG_S = 2.0
+
+
+def record_lag(inst: Instance, r: Record, running: bool) -> tuple[str | None, psutil.Process | None]:
+    """Why the record of a live supervisor is older than what the supervisor does, or None; and the
+    server (or worker) it runs now when the record names another. Two signs, both seen on a full
+    disk: each write the supervisor could not make set the old record's modification time, which
+    needs no free space (supervisor._save), so the file changed well after the record's updated_at;
+    or the supervisor runs a process launched after the record was written, which it does not name."""
+    if not running:
+        return None, None
+    why = []
+    try:
+        tried = inst.state_file.stat().st_mtime
+    except OSError:
+        tried = r.updated_at
+    if tried - r.updated_at > RECORD_LAG_S:
+        why.append(f"its supervisor could not write it since {_clock(r.updated_at)} (a full disk, or a file-size "
+                   f"limit; last tried at {_clock(tried)})")
+    current = _unrecorded(inst, r)
+    if current is not None:
+        named = f", not pid {r.server.pid}" if r.server else ""
+        why.append(f"{inst.program} now runs as pid {current.pid} (launched at {_clock(current.create_time())}"
+                   f"{named}), which the record does not name")
+    if not why:
+        return None, None
+    return f"written at {_clock(r.updated_at)}; " + "; ".join(why), current
+
+
+def _unrecorded(inst: Instance, r: Record) -> psutil.Process | None:
+    """The program the record's supervisor runs, when it was launched since the record was written
+    (and long enough ago that the supervisor would have recorded it)."""
+    sup = live(r.supervisor)
+    if sup is None:
+        return None
+    try:
+        for child in sup.children():
+            if (child.status() != psutil.STATUS_ZOMBIE and inst.program in " ".join(child.cmdline())
+                    and r.updated_at < child.create_time() < time.time() - RECORD_LAG_S
+                    and (r.server is None or r.server.pid != child.pid)):
+                return child
+    except psutil.Error:
+        pass
+    return None
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
 
 
 def workers_of(spec: dict[str, Any], r: Record, server_pid: int | None) -> list[dict[str, Any]] | None:

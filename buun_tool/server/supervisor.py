@@ -215,7 +215,10 @@ class Supervisor:
 
     def _save(self) -> None:
         """Write the record. A failed write (a full disk) must not end the supervision of a server
-        that serves: it is said in the log and written again at the next watch."""
+        that serves: it is said in the log and written again at the next watch. Meanwhile each
+        attempt sets the old record's modification time, which a full disk allows: a record
+        modified well after its own updated_at is one its supervisor could not write
+        (control.record_lag), and `buun status` says it is stale."""
         try:
             self.inst.write(self.record)
         except (OSError, BuunError) as exc:
@@ -223,6 +226,10 @@ class Supervisor:
                 self.log.event(f"could not write {self.inst.state_file} ({getattr(exc, 'message', exc)}); "
                                "`buun status` shows an older state until it can")
             self.unsaved = True
+            try:  # a new time on the old record needs no free space: it tells `buun status` the record is behind
+                os.utime(self.inst.state_file)
+            except OSError:
+                pass
             return
         self.unsaved, self.saved = False, _file_key(self.inst.state_file)
 

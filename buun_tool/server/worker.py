@@ -234,6 +234,7 @@ class WorkerStatus:
     state: State
     running: bool  # a supervisor holds the lock
     record: WorkerRecord | None = None
+    behind: str | None = None  # why the live supervisor's record is older than what it does (control.record_lag)
     address: str | None = None
     pid: int | None = None
     uptime_s: float | None = None
@@ -244,8 +245,9 @@ class WorkerStatus:
 
     def to_json(self) -> dict[str, Any]:
         out = self.record.to_json() if self.record else {}
-        out.update(name=self.name, state=self.state.value, running=self.running, address=self.address,
-                   worker_pid=self.pid, uptime_s=self.uptime_s, listening=self.listening, clients=self.clients,
+        out.update(name=self.name, state=self.state.value, running=self.running, record_behind=self.behind,
+                   address=self.address, worker_pid=self.pid, uptime_s=self.uptime_s, listening=self.listening,
+                   clients=self.clients,
                    threads=self.threads, devices=self.devices)
         return out
 
@@ -256,13 +258,15 @@ def status(inst: WorkerInstance) -> WorkerStatus:
     spec = inst.read_spec() or {}
     if r is None:
         return WorkerStatus(inst.name, State.STOPPED, running)
-    proc = live(r.server, PROGRAM)
+    behind, unrecorded = control.record_lag(inst, r, running)
+    proc = unrecorded or live(r.server, PROGRAM)
+    started = unrecorded.create_time() if unrecorded else r.server_started_at
     listening, clients = _sockets(proc, r.port) if proc else (None, [])
     stale = not running and r.state.running
     return WorkerStatus(
-        inst.name, State.STOPPED if stale else r.state, running, r, address=str(Endpoint(r.host, r.port)),
-        pid=proc.pid if proc else None,
-        uptime_s=round(time.time() - r.server_started_at, 1) if proc and r.server_started_at else None,
+        inst.name, State.STOPPED if stale else r.state, running, r, behind=behind,
+        address=str(Endpoint(r.host, r.port)), pid=proc.pid if proc else None,
+        uptime_s=round(time.time() - started, 1) if proc and started else None,
         listening=listening, clients=clients, threads=spec.get("threads"), devices=spec.get("devices"))
 
 
