@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 from typer.testing import CliRunner
 
@@ -149,24 +150,39 @@ class TestManagedAndSecrets:
     @pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="Linux /proc")
     def test_an_api_key_on_buuns_command_line_is_masked_for_ps(self) -> None:
         """`buun serve --api-key KEY` runs as long as its server: every user of the machine reads
-        its arguments (/proc/PID/cmdline). buun masks the key there on start; the CLI still reads it."""
-        key, token = "hunter2-" + os.urandom(6).hex(), "hf_" + os.urandom(6).hex()
+        its arguments (/proc/PID/cmdline). buun masks the key there on start, as `****` whatever its
+        length (a `*` a byte told it); the CLI still reads it."""
         stand_in = ("import sys, time, buun_tool.cli.app as a\n"
                     "a.main = lambda: (print(sys.argv, flush=True), time.sleep(30))\n"
                     "from buun_tool.__main__ import main\nmain()\n")
-        argv = [sys.executable, "-c", stand_in, "serve", "--api-key", key, "--", f"--hf-token={token}"]
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True,
-                                env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
-        try:
-            assert proc.stdout is not None
-            seen_by_buun = proc.stdout.readline()
-            seen_by_others = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
-        finally:
-            proc.kill()
-            proc.wait()
-        assert key in seen_by_buun and token in seen_by_buun
-        assert key.encode() not in b" ".join(seen_by_others) and token.encode() not in b" ".join(seen_by_others)
-        assert seen_by_others[-5:] == [b"--api-key", b"*" * len(key), b"--", b"--hf-token=" + b"*" * len(token), b""]
+        seen = []
+        for size in (5, 40):
+            key, token = "k" * size, "hf_" + os.urandom(size).hex()
+            argv = [sys.executable, "-c", stand_in, "serve", "--api-key", key, "--", f"--hf-token={token}", "-c", "8"]
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True,
+                                    env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+            try:
+                assert proc.stdout is not None
+                seen_by_buun = proc.stdout.readline()
+                seen_by_others = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+                split_by_ps = psutil.Process(proc.pid).cmdline()
+            finally:
+                proc.kill()
+                proc.wait()
+            assert key in seen_by_buun and token in seen_by_buun
+            assert key.encode() not in seen_by_others and token.encode() not in seen_by_others
+            assert seen_by_others.endswith(b" serve --api-key **** -- --hf-token=**** -c 8\0")
+            assert split_by_ps[-6:] == ["--api-key", "****", "--", "--hf-token=****", "-c", "8"]
+            seen.append(seen_by_others)
+        assert seen[0] == seen[1]  # nothing tells a 5-byte key from a 40-byte one
+
+    def test_a_masked_command_line_keeps_its_size_and_ends_as_a_title(self) -> None:
+        raw = b"buun\0serve\0--api-key\0abcde\0"
+        title = cmdline.masked_title(raw)
+        assert title == b"buun serve --api-key ****\0*" and len(title) == len(raw)
+        assert cmdline.masked_title(b"buun\0serve\0-c\0008\0") is None  # nothing secret: left as it is
+        short = b"buun\0--api-key\0ab\0"  # the line is longer than the memory: it loses its end
+        assert cmdline.masked_title(short) == b"buun --api-key *\0*"
 
     @pytest.mark.parametrize("host,loop", [("127.0.0.1", True), ("::1", True), ("localhost", True),
                                            ("/tmp/s.sock", True), ("0.0.0.0", False), ("192.168.1.2", False)])
