@@ -508,12 +508,12 @@ def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: 
     if command.option(flags, "--rpc"):  # the layers go to other machines, whose memory buun does not weigh
         return ContextChoice(default, f"RPC workers hold the model, and `buun fit` weighs one local GPU: buun's "
                              f"default{each}; pass `-- -c N` for more")
+    if cpu_build:  # the cache would be in host memory, sized for the card's (its -ngl is 0: spec.launch_flags)
+        return ContextChoice(default, f"a CPU build of llama.cpp, nothing on a GPU: buun's default{each}; "
+                             "`buun build --cuda` builds for the card")
     ngl = str(command.option(flags, "-ngl", "99"))
     if ngl == "0":
         return ContextChoice(default, f"-ngl 0, nothing on a GPU: buun's default{each}")
-    if cpu_build:  # the cache would be in host memory, sized for the card's
-        return ContextChoice(default, f"a CPU build of llama.cpp, nothing on a GPU: buun's default{each}; "
-                             "`buun build --cuda` builds for the card")
     gpus = build.detect_gpus() if gpus is None else gpus
     if not gpus:
         return ContextChoice(default, f"no GPU found to fit: buun's default{each}")

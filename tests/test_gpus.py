@@ -249,6 +249,20 @@ class TestRefusals:
         r = CliRunner().invoke(app, ["setup", "--dry-run", "--models-dir", "/m"])
         assert r.exit_code == 0 and f"-c {fit.FitFlags().ctx} " in flat(r.stdout), r.output
 
+    def test_a_cpu_build_offloads_no_layer(self, two_cards: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+        """A server on a CPU build got the recipe's -ngl 99 -ngld 99, layers for a card it cannot
+        use; `buun setup --cpu` plans -ngl 0 -ngld 0, and now every launch on a CPU build gets them,
+        the user's own value after `--` kept. A CUDA build keeps the recipe's."""
+        assert value(spec.resolve(None, **GIVEN)[0].argv, "-ngl") == "99"  # two_cards: a CUDA build
+        monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(fake_build(tmp_path / "other", "cpu")))
+        argv = spec.resolve(None, **GIVEN)[0].argv
+        assert (value(argv, "-ngl"), value(argv, "-ngld")) == ("0", "0"), argv
+        argv = spec.resolve(None, **GIVEN, extra=["--gpu-layers-draft", "3"])[0].argv
+        assert (value(argv, "-ngl"), value(argv, "--gpu-layers-draft")) == ("0", "3") and "-ngld" not in argv, argv
+        r = CliRunner().invoke(app, ["serve", *GIVEN_ARGS, "--print-cmd"])
+        assert r.exit_code == 0 and "-ngl 0 " in flat(r.stdout) and "-ngld 0 " in flat(r.stdout), r.output
+
     def test_bench_runs_what_serve_runs_on_the_cards(self, two_cards: Path) -> None:
         """`buun bench --gpus 0,1` (or the recipe's server.gpus) gives every server serve's split."""
         r = recipes.load()

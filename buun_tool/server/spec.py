@@ -229,6 +229,9 @@ class Flags:
     placement: dict[str, Any] | None = None  # the cards and the split (devices.with_split)
 
 
+CPU_LAYERS = ("-ngl", "-ngld")  # the target's and the drafter's layers on a card: none for a CPU build
+
+
 def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str], source: str,
                  models_dir: Path, tree_budget: int | None = None, slots: int | None = None,
                  where: devices.Placement | None = None, workers: list[rpc.Endpoint] | None = None,
@@ -240,12 +243,16 @@ def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str]
     (with_context, weighing the models in `models_dir`) and, on the cards `where` names, the split
     (devices.with_split). `workers` come first, as `--rpc`: llama-server must know them before it
     reads a device name (-dev, -devd). A `cpu_build` llama-server gets buun's default -c, not
-    what fits the card nvidia-smi lists.
+    what fits the card nvidia-smi lists, and, without workers, `-ngl 0 -ngld 0` (there is no card
+    to offload the recipe's layers to) unless the overrides say otherwise.
     `source` names where the overrides came from, for the error of a flag buun sets itself."""
     base = command.recipe_flags(recipe.server_flags)
     command.check_unmanaged(base, f"the recipe {recipe.source}")
     command.check_unmanaged(overrides, source)
     command.check_drops(drops)
+    if cpu_build and not workers:  # as `buun setup --cpu` plans it: no layer to a card
+        given = {command.canonical(n) for n, _ in overrides}
+        overrides = [*((flag, "0") for flag in CPU_LAYERS if flag not in given), *overrides]
     # the recipe's secrets and the command line's alike (an override replaces the recipe's)
     flags, secrets = command.take_secrets(command.merge(base, overrides, drops))
     if workers:
