@@ -312,6 +312,21 @@ class TestPrintCmd:
         assert f"warning: the target model {target} does not exist; run `buun pull qwen3.5-27b-dflash`" in err
         assert f"warning: the drafter {draft} does not exist; run `buun convert qwen3.5-27b-dflash`" in err
 
+    def test_print_cmd_before_the_build(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The README offers `buun serve --print-cmd` to see the command early: before the build it
+        refused (exit 3, "llama.cpp is not built yet"). It prints the command with the path the
+        build will make (a CPU build where no card and no nvcc are found: -ngl 0) and says on stderr
+        that it is not built yet."""
+        monkeypatch.delenv("BUUN_LLAMA_BIN_DIR", raising=False)
+        monkeypatch.setenv("BUUN_BUILD_DIR", str(tmp_path / "build"))
+        monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))  # no nvidia-smi, no nvcc
+        binary = tmp_path / "build" / "cpu" / "bin" / "llama-server"
+        r = CliRunner().invoke(app, ["serve", "--model", "/m/t.gguf", "--draft", "/m/d.gguf", "--print-cmd"])
+        assert r.exit_code == 0, r.output
+        assert r.stdout.startswith(f"{binary} -m /m/t.gguf -md /m/d.gguf ") and " -ngl 0 " in r.stdout, r.stdout
+        assert f"warning: llama-server is not built yet: {binary} does not exist; run `buun build`" in flat(r.stderr)
+        assert CliRunner().invoke(app, ["serve", "--model", "/m/t.gguf", "--draft", "/m/d.gguf"]).exit_code == 3
+
     def test_a_folder_given_for_a_model_is_named_as_a_folder(self, fake_bin: Path, tmp_path: Path) -> None:
         """`--model DIR` said "the target model DIR does not exist" (and exit 3, as for a model not
         pulled yet): the folder is there, the option names the wrong thing."""
@@ -343,7 +358,11 @@ class TestPrintCmd:
 
     def test_missing_binary_points_to_build(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(tmp_path))
-        r = self.run()
+        r = self.run()  # the command with the pinned folder's path, and a word that it is not there
+        assert r.exit_code == 0 and r.stdout.startswith(f"{tmp_path}/llama-server "), r.output
+        assert f"llama-server is not built yet: {tmp_path}/llama-server does not exist; run `buun build`" \
+            in flat(r.stderr)
+        r = CliRunner().invoke(app, ["serve", "--model", "/m/t.gguf", "--draft", "/m/d.gguf"])
         assert r.exit_code == 3 and "buun build" in flat(r.stderr)
 
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from buun_tool import build, console, convert, fit, gguf_tools, patches, pull, recipes
+from buun_tool import build, console, convert, fit, gguf_tools, patches, paths, pull, recipes
 from buun_tool.errors import BuunError, NotReadyError, UsageError
 from buun_tool.server import command, devices, rpc
 from buun_tool.server.command import Flag
@@ -121,7 +121,8 @@ class LaunchSpec:
         """What `serve` needs on disk and does not find, each with what to run."""
         missing: list[BuunError] = []
         if not Path(self.binary).is_file():
-            missing.append(NotReadyError(f"llama-server is missing: {self.binary}", "run `buun build`"))
+            missing.append(NotReadyError(f"llama-server is not built yet: {self.binary} does not exist",
+                                         "run `buun build` (or `buun setup`, which builds it)"))
         for role, path, fix, option in (("target model", self.target, "buun pull", "--model"),
                                         ("drafter", self.draft, "buun convert", "--draft")):
             problem = gguf_tools.not_a_file(Path(path), f"the {role} {path}", option)
@@ -159,13 +160,13 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
 
     patches.rollback_from_env()  # llama-server would take a misspelt value for the tape without a word
     recipe = recipes.load(recipe_ref)
-    binary = build.find_binary("llama-server")
+    binary, planned = server_binary(built=need_models)
     where = devices.placement(recipe, gpus, draft_gpu, binary)
     endpoints = rpc.parse(workers) if workers else []
     check_one_split(endpoints, where)
     resolved = launch_flags(recipe, command.parse_args(extra or []), drops or [], "the arguments after `--`",
                             models_dir, tree_budget, slots, where, endpoints,
-                            cpu_build=build.variant_of(binary) == "cpu")
+                            cpu_build=(planned or build.variant_of(binary)) == "cpu")
     flags, secrets, context = resolved.flags, resolved.secrets, resolved.context
     # llama-server opens a key file from its own folder (buun's, when detached), and check_exposure
     # judges the keys in it from this one: the same file for both, and for a restart from elsewhere
@@ -200,6 +201,21 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
         raise UsageError("--no-api-key contradicts the API key given (--api-key, BUUN_API_KEY or the recipe)",
                          "leave out one of them")
     return spec, key
+
+
+def server_binary(built: bool = True) -> tuple[Path, str | None]:
+    """llama-server's path, and None; before the build, with `built` off (--print-cmd, which the
+    README offers to see the command early), the path `buun build` will make and the variant it
+    picks here (the spec's missing_files says it is not built yet)."""
+    try:
+        return build.find_binary("llama-server"), None
+    except NotReadyError:
+        if built:
+            raise
+    if build.bin_dir_pinned():
+        return Path(os.environ[build.BIN_DIR_ENV]) / "llama-server", None
+    variant = build.choose_variant(cpu=False, cuda=False)
+    return paths.build_dir(variant) / "bin" / "llama-server", variant
 
 
 def check_port(port: int) -> None:
