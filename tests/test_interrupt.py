@@ -42,6 +42,18 @@ def _read_until(fd: int, text: bytes, timeout: float) -> bytes:
     return seen
 
 
+def _exit_status(pid: int, timeout: float, seen: str) -> int:
+    """The exit code of child `pid`; a child still running after `timeout` s is killed and fails the test."""
+    deadline = time.monotonic() + timeout
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"still running {timeout} s after the signal; it printed:\n{seen}")
+        time.sleep(0.05)
+    return os.waitstatus_to_exitcode(done[1])
+
+
 def test_ctrl_c_at_the_setup_prompt(tmp_path: Path) -> None:
     """The terminal's ^C (SIGINT to the foreground group) while `buun setup` asks to confirm."""
     recipe = write_recipe(tmp_path / "tiny.yaml")
@@ -54,10 +66,10 @@ def test_ctrl_c_at_the_setup_prompt(tmp_path: Path) -> None:
         assert b"Set up" in prompt, prompt.decode(errors="replace")
         os.write(fd, b"\x03")
         rest = _read_until(fd, b"\x00never", 60).decode(errors="replace")
-        _, status = os.waitpid(pid, 0)
+        status = _exit_status(pid, 60, rest)
     finally:
         os.close(fd)
-    assert os.waitstatus_to_exitcode(status) == 130, rest
+    assert status == 130, rest
     assert INTERRUPTED in rest and "Traceback" not in rest and "Aborted" not in rest
 
 
