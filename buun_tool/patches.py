@@ -273,12 +273,18 @@ def _end_stopped_apply(repo: Path) -> None:
     (git_dir / APPLYING).unlink(missing_ok=True)
 
 
-def describe_applied(applied: list[str]) -> str:
-    """The result line of an apply (`buun patch`, the patch stage of `buun setup`)."""
+def describe_applied(applied: list[str], verbose: bool = False) -> str:
+    """The result line of an apply (`buun patch`, the patch stage of `buun setup`): the count, and
+    the names with `verbose` (the whole series is one line of kilobytes)."""
     total = len(series())
     if applied:
-        return f"applied {len(applied)} of {total} patch(es): {', '.join(applied)}"
+        return f"applied {len(applied)} of {total} patch(es)" + names_of(applied, verbose)
     return f"all {total} patch(es) already applied"
+
+
+def names_of(names: list[str], verbose: bool) -> str:
+    """`: NAME, NAME, ...` for a line that counts patches, with `verbose`; else where they are listed."""
+    return f": {', '.join(names)}" if verbose else " (`buun patch --status` lists them)"
 
 
 def check() -> list[str]:

@@ -42,6 +42,7 @@ class Context:
     api_key: str | None = None
     no_api_key: bool = False  # serve beyond loopback without a key, on purpose
     extra: list[str] = field(default_factory=list)  # llama-server flags overriding the recipe's
+    verbose: bool = False  # stages name what they did one by one (the patch stage: each patch)
 
     @property
     def layout(self) -> pull.Layout:
@@ -92,7 +93,7 @@ def _check_gpu_memory(ctx: Context, gpu: build.Gpu) -> None:
 
 
 def _patch(ctx: Context) -> None:
-    console.ok(patches.describe_applied(patches.apply()))
+    console.ok(patches.describe_applied(patches.apply(), ctx.verbose))
 
 
 def _server_args(ctx: Context) -> list[str]:

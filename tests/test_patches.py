@@ -113,7 +113,14 @@ def test_cli_status_and_apply(series: FakeProject) -> None:
     result = runner.invoke(app, ["patch", "--status"])
     assert result.exit_code == 0 and result.output.count("pending") == 2
     result = runner.invoke(app, ["patch"])
-    assert result.exit_code == 0 and "applied 2 of 2" in result.output
+    assert result.exit_code == 0 and "applied 2 of 2 patch(es) (`buun patch --status` lists them)" in result.output
+    assert ".patch" not in result.output  # the names only with --verbose: buun's 48 made a line of ~3.5 KB
+    assert runner.invoke(app, ["patch", "--reverse"]).exit_code == 0
+    result = runner.invoke(app, ["patch", "--check"])
+    assert result.exit_code == 0 and "2 patch(es) would apply cleanly (" in result.output, result.output
+    result = runner.invoke(app, ["patch", "--verbose"])
+    names = [p.name for p in patches.series()]
+    assert result.exit_code == 0 and f"applied 2 of 2 patch(es): {', '.join(names)}" in " ".join(result.output.split())
     assert runner.invoke(app, ["patch", "--check", "--status"]).exit_code == Exit.USAGE
 
 

@@ -230,6 +230,8 @@ def test_dry_run_shows_what_would_really_run(setup_env: tuple[Path, int]) -> Non
 
 
 def test_the_patch_stage_prints_its_result(fake_project, capsys: pytest.CaptureFixture[str]) -> None:
+    from dataclasses import replace
+
     from buun_tool import patches, setup, vendor
     from tests.fake_llama import commit_change
 
@@ -242,6 +244,11 @@ def test_the_patch_stage_prints_its_result(fake_project, capsys: pytest.CaptureF
     ctx = setup.Context(recipes.load_file(recipe_file), paths.models_dir())  # the checkout's: BUUN_ROOT is the fake one
     capsys.readouterr()
     stage.run(ctx)
+    # the count, not the names: buun's 48 made one line of ~3.5 KB; --verbose names them
+    err = capsys.readouterr().err
+    assert "applied 1 of 1 patch(es) (`buun patch --status` lists them)" in err and "0001-arg" not in err, err
+    patches.reverse()
+    stage.run(replace(ctx, verbose=True))
     assert "applied 1 of 1 patch(es): 0001-arg-a-change.patch" in capsys.readouterr().err
 
 

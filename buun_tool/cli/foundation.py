@@ -79,6 +79,7 @@ def patch(
     check: bool = typer.Option(False, "--check", help="Dry run: would the series apply? Changes nothing."),
     status: bool = typer.Option(False, "--status", help="Show which patches are applied."),
     reverse: bool = typer.Option(False, "--reverse", help="Remove the series (back to the pristine pin)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Name each patch applied (or that would apply)."),
 ) -> None:
     """Apply the patches in order (idempotent; all or nothing)."""
     if ctx.invoked_subcommand:
@@ -96,21 +97,23 @@ def patch(
     elif check:
         names = patches.check()
         if names:
-            console.ok(f"{len(names)} patch(es) would apply cleanly: {', '.join(names)}")
+            console.ok(f"{len(names)} patch(es) would apply cleanly" + patches.names_of(names, verbose))
         else:
             console.ok(f"nothing to apply: all {len(patches.series())} patch(es) are applied")
     elif reverse:
         n = patches.reverse()
         console.ok(f"removed {n} patch commit(s); vendor/llama.cpp is the pristine pin")
     else:
-        console.ok(patches.describe_applied(patches.apply()))
+        console.ok(patches.describe_applied(patches.apply(), verbose))
 
 
 @patch_app.command("export")
-def patch_export() -> None:
+def patch_export(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Name each patch written."),
+) -> None:
     """Regenerate patches/ from the commits above the baseline in vendor/llama.cpp."""
     names = patches.export()
-    console.ok(f"wrote {len(names)} patch(es) to patches/: {', '.join(names)}")
+    console.ok(f"wrote {len(names)} patch(es) to patches/" + (f": {', '.join(names)}" if verbose else ""))
 
 
 def build(

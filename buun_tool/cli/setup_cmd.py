@@ -1,6 +1,6 @@
 """`buun setup`: doctor -> vendor -> patch -> build -> pull -> drafter -> convert -> serve -> smoke test.
 
-    buun setup [RECIPE] [--yes] [--cpu] [--dry-run] [--models-dir DIR] [--recipe-file PATH]
+    buun setup [RECIPE] [--yes] [--cpu] [--dry-run] [--verbose] [--models-dir DIR] [--recipe-file PATH]
                [--host H] [--port P] [--api-key KEY | --no-api-key] [-- LLAMA_SERVER_FLAGS...]
 """
 
@@ -37,6 +37,8 @@ def setup(
                                                 envvar=spec_mod.API_KEY_ENV, show_envvar=False)] = None,
     no_api_key: Annotated[bool, typer.Option("--no-api-key", help="Serve beyond loopback without an API key, "
                                              "on purpose (else refused).")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Name each patch the patch stage applies.")
+                       ] = False,
 ) -> None:
     """Set up everything and start the server: each stage is skipped when already done.
 
@@ -51,7 +53,7 @@ def setup(
     flags = command.merge(command.recipe_flags(r.server_flags), command.parse_args(extra))
     command.check_exposure(host, flags, api_key, no_api_key)
     context = setup_stage.Context(r, models_dir=paths.models_dir(models_dir), cpu=cpu, host=host, port=port,
-                                  api_key=api_key, no_api_key=no_api_key, extra=extra)
+                                  api_key=api_key, no_api_key=no_api_key, extra=extra, verbose=verbose)
     if dry_run:
         _print_plan(context)
         return
