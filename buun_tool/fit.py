@@ -554,9 +554,10 @@ def knobs(recipe: Recipe, flags: FitFlags, gpu_gib: float, margin_gib: float, sc
     for kv in ("q8_0", "q4_0"):
         if flags.cache_type_k != kv:
             options.append((f"KV cache {kv} (-ctk {kv} -ctv {kv})", replace(flags, cache_type_k=kv, cache_type_v=kv)))
+    draft_max = spelling(recipe, "--draft-max")
     for n in (8, 4):
         if flags.spec and flags.draft_max > n:
-            options.append((f"draft length {n} (--spec-draft-n-max {n})", replace(flags, draft_max=n)))
+            options.append((f"draft length {n} ({draft_max} {n})", replace(flags, draft_max=n)))
     if flags.tree:
         options.append(("the chain (--tree-budget 0)", replace(flags, tree_budget=0)))
     if flags.spec:
@@ -566,6 +567,13 @@ def knobs(recipe: Recipe, flags: FitFlags, gpu_gib: float, margin_gib: float, sc
         total = predict(recipe, f, scale, weights).total
         out.append(Knob(change, f, total, max_context(recipe, f, gpu_gib, margin_gib, scale, weights)))
     return out
+
+
+def spelling(recipe: Recipe, option: str) -> str:
+    """The flag a suggestion names for `option`: as the recipe spells it (the user copies it next to
+    the recipe's flags, and the README's), else `option` itself."""
+    return next((str(n) for n in recipe.server_flags if command.canonical(str(n)) == command.canonical(option)),
+                option)
 
 
 # --- slots -----------------------------------------------------------------------------------

@@ -284,6 +284,19 @@ class TestCli:
                                                                                                   "q8_0", 8)
         assert data["fits"] is True and data["max_ctx"] > 8192
 
+    def test_the_draft_length_is_suggested_as_the_recipe_spells_it(self, tmp_path: Path) -> None:
+        """The knob said `--spec-draft-n-max 8` where the recipe and the README say --draft-max: the
+        suggestion is in the recipe's spelling of the option."""
+        def knobs(*recipe: str) -> list[str]:
+            res = CliRunner().invoke(app, ["fit", *recipe, "--gpu-mem", "24", "--json"])
+            assert res.exit_code == 0, res.output
+            return [k["change"] for k in json.loads(res.stdout)["knobs"]]
+
+        assert "draft length 8 (--draft-max 8)" in knobs() and "draft length 4 (--draft-max 4)" in knobs()
+        own = tmp_path / "own.yaml"
+        own.write_text(recipes.load().source.read_text().replace("    --draft-max: 16", "    --draft-n: 16"))
+        assert "draft length 8 (--draft-n 8)" in knobs(str(own))
+
     def test_the_rollback_follows_the_servers_environment(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Without --rollback, fit plans for what `buun serve` in the same shell would run."""
         def rollback() -> str:

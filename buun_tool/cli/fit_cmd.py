@@ -83,8 +83,9 @@ def fit_cmd(
                                             show_default=False)] = None,
     ctv: Annotated[str | None, typer.Option("--ctv", help="V cache type (default: as --ctk).", show_default=False)
                    ] = None,
-    draft_max: Annotated[int | None, typer.Option("--draft-max", min=0, help="--spec-draft-n-max; 0 = AR only.",
-                                                  show_default=False)] = None,
+    draft_max: Annotated[int | None, typer.Option(
+        "--draft-max", min=0, help="Draft tokens per step (llama-server's --draft-max); 0 = AR only.",
+        show_default=False)] = None,
     ctx_draft: Annotated[int | None, typer.Option("--ctx-draft", min=0, help="The drafter's context (-cd); 0 = as -c.",
                                                   show_default=False)] = None,
     ubatch: Annotated[int | None, typer.Option("--ubatch", min=1, help="-ub (default: the recipe's).",
