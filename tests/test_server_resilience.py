@@ -155,6 +155,29 @@ def test_status_says_a_record_its_supervisor_could_not_write_is_stale(fake: Fake
     assert_none_left(fake)
 
 
+def test_stopping_what_is_stopped_is_done(fake: Fake) -> None:
+    """`buun stop` (and `buun worker stop`) with nothing running exited 2 ("no instance exists
+    yet", "more than one instance: name the one you mean"): a script's cleanup failed for a
+    server that was already down. It says there is nothing to stop and succeeds; a name that is
+    no instance stays an error (a typo)."""
+    for args, said in ((("stop",), "no server instance is running: nothing to stop"),
+                       (("worker", "stop"), "no worker is running: nothing to stop"),
+                       (("stop", "--all"), "nothing to stop")):
+        r = fake(*args)
+        assert r.returncode == 0 and said in " ".join(r.stderr.split()), (args, r.stderr)
+    fake.start("one", free_port())
+    fake.start("two", free_port())
+    r = fake("stop")
+    assert r.returncode == 2 and "more than one instance" in r.stderr, r.stderr  # which one is meant?
+    fake("stop", "--all", check=True)
+    r = fake("stop")
+    assert r.returncode == 0 and "nothing to stop" in r.stderr, r.stderr
+    r = fake("stop", "one")
+    assert r.returncode == 0 and "one: not running (stopped)" in r.stderr, r.stderr
+    assert fake("stop", "ghost").returncode == 2
+    assert_none_left(fake)
+
+
 def test_a_damaged_record_is_written_again(fake: Fake) -> None:
     """A record cut short (a crash of the machine mid-write, a hand edit) made `buun status` say
     'stopped' while the server served, and `buun stop` fail ('locked but its supervisor is

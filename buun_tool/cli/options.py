@@ -17,6 +17,7 @@ import typer
 from buun_tool import build, console
 from buun_tool.errors import UsageError
 from buun_tool.server import logfile
+from buun_tool.server.instance import Instance, InstanceT
 
 ScaleOpt = Annotated[str | None, typer.Option(
     "--scale", help="full: the real geometry; tiny: the recipe's CPU-test shrink (default: full with a GPU).",
@@ -104,3 +105,21 @@ def default_scale(scale: str | None) -> str:
     if scale not in ("full", "tiny"):
         raise UsageError(f"--scale {scale!r}: expected full or tiny")
     return scale
+
+
+def stop_targets(name: str | None, all_: bool, known: list[InstanceT],
+                 resolve: Callable[[str | None], InstanceT]) -> list[InstanceT]:
+    """What `stop` (a server's or a worker's) stops: every one with --all, the one named, else the
+    one `resolve` picks; none, rather than an error, when none is running and no single one is
+    known: stopping what is stopped is done (`buun stop` in a script's cleanup)."""
+    if all_:
+        return known
+    if name is None and len(known) != 1 and not any(_active(i) for i in known):
+        return []
+    return [resolve(name)]
+
+
+def _active(inst: Instance) -> bool:
+    """A supervisor holds it, or its record says running (its supervisor died: `stop` cleans up)."""
+    record = inst.read()
+    return inst.is_locked() or (record is not None and record.state.running)

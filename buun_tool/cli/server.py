@@ -36,7 +36,7 @@ import typer
 
 from buun_tool import build, console, paths
 from buun_tool.cli.launch import ApiKeyOpt, LaunchOptions, launch_command
-from buun_tool.cli.options import FollowOpt, LinesOpt, duration, show_log, show_statuses, status_header
+from buun_tool.cli.options import FollowOpt, LinesOpt, duration, show_log, show_statuses, status_header, stop_targets
 from buun_tool.cli.options import status_row as row
 from buun_tool.errors import Exit, UsageError
 from buun_tool.server import command, control, devices, service
@@ -118,8 +118,12 @@ def stop(
         "--timeout", help="Grace before SIGKILL, in seconds (default: the instance's --stop-timeout).",
         show_default=False)] = None,
 ) -> None:
-    """Stop a server: SIGTERM, a grace period, then SIGKILL of its whole process group."""
-    targets = all_instances() if all_ else [control.resolve_name(name)]
+    """Stop a server: SIGTERM, a grace period, then SIGKILL of its whole process group.
+
+    With nothing running, there is nothing to do: it says so and succeeds."""
+    targets = stop_targets(name, all_, all_instances(), control.resolve_name)
+    if not targets:
+        console.ok("no server instance is running: nothing to stop")
     for inst in targets:
         console.ok(f"{inst.name}: {control.stop(inst, timeout)}")
 

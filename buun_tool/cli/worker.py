@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 
 from buun_tool import console
-from buun_tool.cli.options import FollowOpt, LinesOpt, duration, show_log, show_statuses, status_header
+from buun_tool.cli.options import FollowOpt, LinesOpt, duration, show_log, show_statuses, status_header, stop_targets
 from buun_tool.cli.options import status_row as row
 from buun_tool.server import control
 from buun_tool.server import worker as worker_mod
@@ -71,8 +71,12 @@ def stop(
     timeout: Annotated[float | None, typer.Option("--timeout", help="Grace before SIGKILL, in seconds.",
                                                   show_default=False)] = None,
 ) -> None:
-    """Stop a worker: SIGTERM, a grace period, then SIGKILL (a server using it fails its next request)."""
-    targets = worker_mod.all_workers() if all_ else [worker_mod.resolve_name(name)]
+    """Stop a worker: SIGTERM, a grace period, then SIGKILL (a server using it fails its next request).
+
+    With nothing running, there is nothing to do: it says so and succeeds."""
+    targets = stop_targets(name, all_, worker_mod.all_workers(), worker_mod.resolve_name)
+    if not targets:
+        console.ok("no worker is running: nothing to stop")
     for inst in targets:
         console.ok(f"worker {inst.name}: {control.stop(inst, timeout)}")
 
