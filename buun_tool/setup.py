@@ -298,6 +298,10 @@ def plan(ctx: Context) -> list[PlanRow]:
     return rows
 
 
+class Declined(Exception):
+    """The user answered no at setup's prompt: a choice, not an error; no stage has run."""
+
+
 def _confirm(ctx: Context, yes: bool) -> None:
     if yes:
         return
@@ -307,7 +311,7 @@ def _confirm(ctx: Context, yes: bool) -> None:
 
     if not typer.confirm(f"Set up {ctx.recipe.name} (downloads ~{doctor.disk_needed(ctx.recipe) / 2**30:.0f} GiB "
                          "with the build and conversion)?", default=True):
-        raise BuunError("cancelled", exit_code=Exit.INTERRUPTED)
+        raise Declined
 
 
 def run(ctx: Context, yes: bool = False) -> tuple[spec_mod.LaunchSpec, Smoke]:

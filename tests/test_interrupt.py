@@ -73,6 +73,30 @@ def test_ctrl_c_at_the_setup_prompt(tmp_path: Path) -> None:
     assert INTERRUPTED in rest and "Traceback" not in rest and "Aborted" not in rest
 
 
+def test_no_at_the_setup_prompt_is_a_choice(tmp_path: Path) -> None:
+    """Answering "n" when `buun setup` asks printed "error: cancelled" and exited 130, as for a
+    Ctrl-C: it is a choice, said as one, exit 0, and nothing is made."""
+    recipe = write_recipe(tmp_path / "tiny.yaml")
+    home = tmp_path / "home"
+    dirs = {var: str(home / sub) for var, sub in (("BUUN_DATA_DIR", "data"), ("BUUN_STATE_DIR", "state"),
+                                                   ("BUUN_MODELS_DIR", "models"))}
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execvpe(sys.executable, [sys.executable, "-m", "buun_tool", "setup", "--recipe-file", str(recipe),
+                                    "--cpu"], {**_env(), **dirs})
+    try:
+        prompt = _read_until(fd, b"Set up", 120)
+        assert b"Set up" in prompt, prompt.decode(errors="replace")
+        os.write(fd, b"n\r")
+        rest = _read_until(fd, b"\x00never", 60).decode(errors="replace")
+        status = _exit_status(pid, 60, rest)
+    finally:
+        os.close(fd)
+    assert status == 0, rest
+    assert "setup cancelled; nothing was changed" in rest and "error" not in rest, rest
+    assert not home.exists(), sorted(str(p) for p in home.rglob("*"))
+
+
 def test_sigint_at_any_moment_of_a_command() -> None:
     """SIGINT at a spread of moments from the start (while the CLI's modules load, and after): each
     run either finished or printed the one line with exit 130. The moments are fractions of how

@@ -57,7 +57,11 @@ def setup(
     if dry_run:
         _print_plan(context)
         return
-    spec, result = setup_stage.run(context, yes=yes)
+    try:
+        spec, result = setup_stage.run(context, yes=yes)
+    except setup_stage.Declined:
+        console.info("setup cancelled; nothing was changed")
+        return
     console.out.print(setup_stage.summary(spec, result, has_key=bool(context.api_key)))
 
 
