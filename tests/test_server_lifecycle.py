@@ -437,6 +437,30 @@ def test_binds_loopback_and_reads_slots_from_props_without_slots_endpoint(buun: 
     assert_none_left(buun)
 
 
+def test_slot_saves_are_private(buun: Buun, tmp_path: Path) -> None:
+    """A slot save (`-- --slot-save-path DIR/`) holds a conversation's cached state, and the
+    drafter's beside it: llama-server made both with the umask's mode, 0644 under the usual 022,
+    readable by every user of the machine. buun's server runs under umask 077: 0600, as buun's own
+    state files are."""
+    saves = tmp_path / "saves"
+    saves.mkdir()
+    port = free_port()
+    old = os.umask(0o022)  # the usual one, which buun inherits
+    try:
+        buun.start("saves", port, extra=(*TEST_FLAGS, "--slot-save-path", f"{saves}/"))
+    finally:
+        os.umask(old)
+    assert chat(port).status_code == 200
+    s = requests.Session()
+    s.trust_env = False
+    r = s.post(f"http://127.0.0.1:{port}/slots/0?action=save", json={"filename": "talk.bin"}, timeout=30)
+    assert r.status_code == 200 and r.json()["n_saved"] > 0, r.text
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in saves.iterdir()}
+    assert modes == {"talk.bin": "0o600", "talk.bin.draft": "0o600"}, modes
+    buun("stop", "saves", check=True)
+    assert_none_left(buun)
+
+
 def test_commands_on_an_unknown_instance(buun: Buun) -> None:
     for cmd in ("stop", "status", "logs", "restart"):
         r = buun(cmd, "ghost")

@@ -23,12 +23,18 @@ import psutil
 
 from buun_tool.proc import dies_with_us
 
+# What llama-server (or a worker) writes is its owner's alone, as buun's own state files are
+# (fsutil.PRIVATE_FILE): a slot save (--slot-save-path) holds a conversation's cached state, and
+# llama-server makes it with the umask's mode (0644 under the usual 022).
+CHILD_UMASK = 0o077
+
 
 def spawn(argv: Sequence[str], env: Mapping[str, str], stdout: int | IO[bytes]) -> subprocess.Popen[bytes]:
-    """Start `argv` in a new session, stdout and stderr together, killed if we die."""
+    """Start `argv` in a new session, stdout and stderr together, killed if we die, the files it
+    makes readable by their owner only (CHILD_UMASK)."""
     return subprocess.Popen(
         list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT,
-        start_new_session=True, preexec_fn=dies_with_us(),
+        start_new_session=True, preexec_fn=dies_with_us(), umask=CHILD_UMASK,
     )
 
 
