@@ -236,6 +236,30 @@ class TestCommand:
             f"(--rpc 127.0.0.1:{port})" in text and "`buun worker status`" in text
         assert "wait4" not in text and "Traceback" not in text
 
+    def test_a_program_that_is_no_worker_is_named_when_listing_times_out(self, llama_bin: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+        """`--rpc` at a web server: it reads llama-server's hello as the start of a request and waits
+        for the rest, so listing the devices timed out, and the error said "a worker serves one
+        llama-server at a time: stop the other server using it". The program took the connection:
+        it is named as one that is no worker. A port whose connections wait unread, as in a busy
+        worker's queue, keeps the busy worker's message."""
+        from tests import hostile_server
+
+        monkeypatch.setattr(rpc, "LIST_TIMEOUT", 3.0)
+        binary = str(llama_bin / "llama-server")
+        with hostile_server.serve(hostile_server.good()) as url:
+            web = url.removeprefix("http://")
+            with pytest.raises(NotReadyError) as e:
+                rpc.list_devices(binary, rpc.parse(web))
+        assert f"{web} answers, but not as ggml-rpc-server does" in e.value.message, e.value.message
+        assert "another program holds the port" in (e.value.hint or "") and "at a time" not in (e.value.hint or "")
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen(1)  # never accepts: what waits is queued, as at a worker serving another server
+            with pytest.raises(NotReadyError) as e:
+                rpc.list_devices(binary, rpc.parse(f"127.0.0.1:{busy.getsockname()[1]}"))
+        assert "could not list the devices" in e.value.message and "one llama-server at a time" in (e.value.hint or "")
+
     def test_bench_asks_the_workers_before_anything(self, fake_bin: Path, tmp_path: Path) -> None:
         port = free_port()
         out, models = tmp_path / "out", tmp_path / "models"

@@ -46,6 +46,8 @@ _RPC_VERSION = re.compile(r"RPC server version mismatch: (\S+)|RPC handshake fai
 # ggml-rpc's RPC_STATUS_ASSERT: a worker's address answered bytes that are not ggml-rpc's
 _RPC_MALFORMED = re.compile(r"Remote RPC server crashed or returned malformed response")
 
+NOT_A_WORKER_HINT = ("check each --rpc HOST:PORT: `buun worker status` on that machine shows the worker's "
+                     "address; if another program holds the port, start the worker with another --port")
 OOM_HINT = ("use less memory: a smaller context (-c 4096), a quantized KV cache (-ctk q8_0 -ctv q8_0, or q4_0), "
             "or fewer layers on the GPU (-ngl N); for example `buun serve -- -c 4096 -ctk q8_0 -ctv q8_0`")
 
@@ -134,10 +136,7 @@ def diagnose(lines: Sequence[str], recipe_flags: Iterable[str] = ()) -> Failure 
                        Exit.NOT_READY)
     if _first(_RPC_MALFORMED, lines):
         return Failure("rpc", "a worker's address answers, but not as ggml-rpc-server does (another program on "
-                       "its port, or a worker that crashed)",
-                       "check each --rpc HOST:PORT: `buun worker status` on that machine shows the worker's "
-                       "address; if another program holds the port, start the worker with another --port", True,
-                       Exit.NOT_READY)
+                       "its port, or a worker that crashed)", NOT_A_WORKER_HINT, True, Exit.NOT_READY)
     if hit := _first(_BIND, lines):
         return Failure("bind", f"llama-server could not listen: {hit[1]}",
                        "another program took the port: pass --port N", True, Exit.CONFLICT)

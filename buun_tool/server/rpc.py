@@ -114,6 +114,24 @@ def probe(ep: Endpoint, timeout: float = PROBE_TIMEOUT) -> str | None:
         return exc.strerror or str(exc)
 
 
+def not_a_worker(ep: Endpoint, timeout: float = PROBE_TIMEOUT) -> bool:
+    """Whether a program took a connection at `ep` and did something with it, which a worker busy
+    with another llama-server does not: the new connection waits in its queue, unread, and our end
+    closed for writing gets no answer. Another program (a web server) reads the end and closes its
+    side, or says something first. An idle worker would too, so only when `ep` left a worker's
+    client waiting. Sends no byte."""
+    try:
+        addr = socket.gethostbyname(ep.host)
+        with socket.create_connection((addr, ep.port), timeout=timeout) as s:
+            s.shutdown(socket.SHUT_WR)
+            s.recv(1)  # its first byte, or its end
+            return True
+    except ConnectionResetError:
+        return True
+    except OSError:  # a timeout (no one reads: a busy worker's queue), nothing there, an unknown host
+        return False
+
+
 def unreachable(endpoints: Sequence[Endpoint], timeout: float = PROBE_TIMEOUT) -> dict[str, str]:
     """{worker: why} for each worker that does not answer."""
     return {str(ep): why for ep in endpoints if (why := probe(ep, timeout)) is not None}
@@ -176,6 +194,11 @@ def list_devices(binary: str, endpoints: Sequence[Endpoint], env: dict[str, str]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=LIST_TIMEOUT, stdin=subprocess.DEVNULL,
                              env={**os.environ, **(env or {})})  # the cards the server will see (devices.py)
     except subprocess.TimeoutExpired:
+        others = [str(ep) for ep in endpoints if not_a_worker(ep)]
+        if others:  # a web server, say: it reads llama-server's hello as the start of a request, and waits
+            raise NotReadyError(f"{', '.join(others)} answers, but not as ggml-rpc-server does: llama-server's "
+                                f"hello got no reply within {LIST_TIMEOUT:g} s (another program on the port)",
+                                loglines.NOT_A_WORKER_HINT) from None
         raise NotReadyError(
             f"llama-server could not list the devices of the workers {join(endpoints)} within {LIST_TIMEOUT:g} s",
             "a worker serves one llama-server at a time: stop the other server using it, or start another "
