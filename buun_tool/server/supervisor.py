@@ -374,7 +374,9 @@ class Supervisor:
         known = loglines.notable(lines)
         cause = failure.message.splitlines()[0] if failure else (
             f"{reason} ({loglines.clean(known[-1])})" if known else reason)
-        self._crashed(cause, lines)
+        # ggml-rpc's abort guesses at the worker's side ("answers, but not as ggml-rpc-server
+        # does"): a worker found gone after it is the cause seen, with the exit alone beside it
+        self._crashed(cause, lines, reason if failure and failure.kind == "rpc" else None)
 
     def _hung(self, cause: str) -> None:
         assert self.child is not None
@@ -393,10 +395,12 @@ class Supervisor:
             return
         self._fail(loglines.launch_error(failure, list(self.tail), f"see `{self.inst.command('logs')}`"))
 
-    def _crashed(self, cause: str, lines: list[str]) -> None:
+    def _crashed(self, cause: str, lines: list[str], if_lost: str | None = None) -> None:
+        """`if_lost`: what to say beside the lost workers instead of `cause`, when `cause` is only
+        a guess at what a worker did."""
         lost = rpc.unreachable(self.workers, min(self.policy.health_timeout, rpc.PROBE_TIMEOUT))
         if lost:  # the server is gone, so a probe is safe (rpc.py): was a worker the cause?
-            cause = f"{self._lost(lost)}; {cause}"
+            cause = f"{self._lost(lost)}; {if_lost or cause}"
         else:
             self.record.lost_workers, self.record.lost_since = {}, None
         step = f" ({_steps(lost)})" if lost else ""
