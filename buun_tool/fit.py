@@ -520,7 +520,7 @@ def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: 
     gpu, gib = gpus[0], gpus[0].memory_mib / 1024
     fit_flags = replace(flags_from_server_flags(flags), rollback=patches.rollback_from_env())
     weights = default_weights(recipe, models_dir)
-    where, command_line = f"the {gpu.name} ({gib:.1f} GiB)", f"`buun fit {recipe.name}`"
+    where, command_line = f"the {gpu.name} ({gib:.1f} GiB)", f"`buun fit {recipe.ref}`"
     if draft is not None and len(gpus) > 1:
         from buun_tool import split
 
@@ -528,7 +528,7 @@ def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: 
         best = split.max_context(recipe, fit_flags, cards, draft, weights, MARGIN_GIB)
         where = f"GPUs {','.join(str(g.index) for g in gpus)} split by layers " \
                 f"({' + '.join(f'{c.gib:.1f}' for c in cards)} GiB)"
-        command_line = f"`buun fit {recipe.name} --gpus {','.join(str(g.index) for g in gpus)}`"
+        command_line = f"`buun fit {recipe.ref} --gpus {','.join(str(g.index) for g in gpus)}`"
     else:
         best = max_context(recipe, fit_flags, gib, MARGIN_GIB, weights=weights)
     if not best:

@@ -118,7 +118,7 @@ def require_pulled(recipe: Recipe, role: str, models_dir: Path) -> tuple[Path, d
                or not (folder / f).is_file()]
     if missing:
         raise NotReadyError(f"the {role} ({spec.repo}) is not downloaded: missing {', '.join(missing)} in {folder}",
-                            f"run `buun pull {recipe.name}`")
+                            f"run `buun pull {recipe.ref}`")
     return folder, manifest  # type: ignore[return-value]
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import re
 import reprlib
+import shlex
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -200,6 +201,11 @@ class Recipe:
     @property
     def target_gguf(self) -> str:
         return self.target.files[0]
+
+    @property
+    def ref(self) -> str:
+        """How a command names this recipe, for the hints (`buun pull REF`): see reference."""
+        return reference(self.source)
 
     def repos(self) -> dict[str, RepoSpec]:
         """The Hub repos to pull, by role. The tokenizer repo also gives the target config."""
@@ -548,6 +554,16 @@ def available() -> dict[str, Path]:
             for f in sorted(d.glob("*.yaml")):
                 found[f.stem] = f
     return found
+
+
+def reference(source: Path) -> str:
+    """How a command names the recipe read from `source`: its name where `buun` finds that file by
+    the name (recipes/, the config folder's), else the path as the user gave it, quoted for a shell.
+    A recipe file's own `name` may be a shipped recipe's: `buun pull NAME` would pull that one."""
+    known = available().get(source.stem)
+    if known is not None and known.resolve() == source.resolve():
+        return source.stem
+    return shlex.quote(str(source))
 
 
 def load(name_or_path: str | None = None) -> Recipe:

@@ -86,8 +86,8 @@ def _check_gpu_memory(ctx: Context, gpu: build.Gpu) -> None:
         return
     best = fit.max_context(ctx.recipe, flags, gib)
     hint = (f"the largest context that fits is -c {best}: pass `-- -c {best}` or a smaller KV cache type "
-            f"(`-- -ctk q8_0 -ctv q8_0`); `buun fit {ctx.recipe.name} --gpu-mem {gib:.0f}` shows the options"
-            if best else f"`buun fit {ctx.recipe.name} --gpu-mem {gib:.0f}` shows what would fit")
+            f"(`-- -ctk q8_0 -ctv q8_0`); `buun fit {ctx.recipe.ref} --gpu-mem {gib:.0f}` shows the options"
+            if best else f"`buun fit {ctx.recipe.ref} --gpu-mem {gib:.0f}` shows what would fit")
     raise BuunError(f"{ctx.recipe.name} needs about {need.total / 2**30:.1f} GiB of GPU memory with its settings; "
                     f"{gpu.name} has {gib:.1f} GiB", hint, exit_code=Exit.NOT_READY)
 

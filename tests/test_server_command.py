@@ -327,6 +327,24 @@ class TestPrintCmd:
         assert f"warning: llama-server is not built yet: {binary} does not exist; run `buun build`" in flat(r.stderr)
         assert CliRunner().invoke(app, ["serve", "--model", "/m/t.gguf", "--draft", "/m/d.gguf"]).exit_code == 3
 
+    def test_hints_name_a_recipe_file_by_the_path_given(self, fake_bin: Path, tmp_path: Path) -> None:
+        """A recipe given as a file: the hints said `buun pull NAME` with the name inside the file,
+        which `buun pull` does not know, or knows as another recipe (this copy keeps the shipped
+        one's name). They name the path the user gave; a shipped recipe is named by its name."""
+        from buun_tool import recipes
+
+        own = tmp_path / "my recipe.yaml"
+        own.write_text(recipes.load().source.read_text())
+        quoted = f"'{own}'"
+        r = CliRunner().invoke(app, ["serve", "--print-cmd", str(own)])
+        assert r.exit_code == 0, r.output
+        assert f"does not exist; run `buun pull {quoted}` (or `buun setup`)" in flat(r.stderr), r.stderr
+        assert f"run `buun convert {quoted}`" in flat(r.stderr) and "qwen3.5-27b-dflash`" not in r.stderr
+        r = CliRunner().invoke(app, ["start", str(own)])
+        assert r.exit_code == 3 and f"run `buun pull {quoted}` into this folder" in flat(r.stderr), r.output
+        shipped = recipes.load().source
+        assert recipes.load(str(shipped)).ref == "qwen3.5-27b-dflash"  # its own file, by its path: its name
+
     def test_a_folder_given_for_a_model_is_named_as_a_folder(self, fake_bin: Path, tmp_path: Path) -> None:
         """`--model DIR` said "the target model DIR does not exist" (and exit 3, as for a model not
         pulled yet): the folder is there, the option names the wrong thing."""

@@ -32,7 +32,7 @@ def default_models(recipe: recipes.Recipe, models_dir: Path) -> tuple[Path, Path
     target = default_paths(recipe, models_dir)[0]
     if not target.is_file():
         raise NotReadyError(f"the target model of {recipe.name} is not downloaded ({target})",
-                            f"run `buun pull {recipe.name}` into this folder, pass --models-dir with the folder it "
+                            f"run `buun pull {recipe.ref}` into this folder, pass --models-dir with the folder it "
                             "went to, or --model TARGET.gguf --draft DRAFT.gguf")
     return target, convert.require_converted(recipe, models_dir)
 
@@ -130,7 +130,8 @@ class LaunchSpec:
                 missing.append(problem)
             elif not Path(path).is_file():
                 missing.append(NotReadyError(
-                    f"the {role} {path} does not exist", f"run `{fix} {self.recipe}` (or `buun setup`), or pass "
+                    f"the {role} {path} does not exist", f"run `{fix} {recipes.reference(Path(self.recipe_source))}` "
+                    "(or `buun setup`), or pass "
                     f"{option} with the path of an existing GGUF"))
         return missing
 
