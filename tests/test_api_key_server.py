@@ -1,6 +1,7 @@
 """The API key as the CPU build's llama-server reads it, a real server on the tiny target: the keys
 it takes from LLAMA_API_KEY (where buun hands it the key) are those command.csv_keys gives, so the
-launch check (command.api_keys) judges the key that will be served."""
+launch check (command.api_keys) judges the key that will be served; and at trace level its log shows
+no part of a key (patch 0049)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,16 @@ def test_llama_server_reads_the_keys_buun_judges(llama_bin: Path, tiny_pair: tup
             assert _status(server, None) == 401 and _status(server, given) == 401
             assert [_status(server, k) for k in keys] == [200] * len(keys)
 
+
+def test_the_trace_log_shows_no_part_of_the_key(llama_bin: Path, tiny_pair: tuple[Path, Path], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """At trace level (-lv 4) llama-server logged a single key's last 4 characters; buun writes the
+    server's log to the instance's log file (`buun logs`). Patch 0049 logs how many keys there are."""
+    key = "QWZX-vkjy-PLMQ-hgfw"  # no hex: none of its parts turns up in a log by chance
+    monkeypatch.setenv(command.API_KEY_ENV, key)
+    log = tmp_path / "server.log"
+    with llama_server(llama_bin, _args(tiny_pair, "-lv", "4"), log) as server:
+        assert _status(server, key) == 200 and _status(server, None) == 401
+    text = log.read_text(errors="replace")
+    assert "api_keys: 1 key loaded" in text  # the line that showed `****hgfw`, at the level it is logged
+    assert not [key[i:i + 4] for i in range(len(key) - 3) if key[i:i + 4] in text]
