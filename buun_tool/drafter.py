@@ -24,7 +24,7 @@ from typing import Any
 from buun_tool import console, locks
 from buun_tool.errors import BuunError, NotReadyError, UsageError
 from buun_tool.fsutil import clear_leftovers, replaced
-from buun_tool.pull import layout, require_pulled
+from buun_tool.pull import MANIFEST, layout, require_pulled
 from buun_tool.recipes import Recipe, is_index, shown
 from buun_tool.stage import StageStatus, current, stale
 
@@ -324,8 +324,24 @@ def _prepare(recipe: Recipe, models_dir: Path) -> DrafterFolder:
     return DrafterFolder(str(drafter_dir), str(tok_dir), copied, same, facts)
 
 
+def stray_files(recipe: Recipe, models_dir: Path) -> list[Path]:
+    """What the drafter and tokenizer folders hold besides the recipe's files and buun's own (its
+    manifest; hidden names: partial downloads, copies being written). The converter would read
+    such a file (a shard and its index, a chat template) without the provenance record naming it."""
+    lay = layout(recipe, models_dir)
+    named = {lay.drafter_dir: (*recipe.drafter.files, *recipe.tokenizer.files),
+             lay.tokenizer_dir: recipe.repos()["tokenizer"].files}
+    stray = []
+    for folder, names in named.items():
+        known = {name.split("/")[0] for name in names} | {MANIFEST}
+        if folder.is_dir():
+            stray += sorted(p for p in folder.iterdir() if not p.name.startswith(".") and p.name not in known)
+    return stray
+
+
 def check_folder(recipe: Recipe, models_dir: Path) -> dict[str, Any]:
-    """For `convert`: every file present and the pair consistent; returns the drafter facts."""
+    """For `convert`: every file present, none the recipe does not name, and the pair consistent;
+    returns the drafter facts."""
     lay = layout(recipe, models_dir)
     need = [lay.drafter_dir / f for f in (*recipe.drafter.files, *recipe.tokenizer.files)]
     need.append(lay.tokenizer_dir / recipe.target_config)
@@ -334,6 +350,15 @@ def check_folder(recipe: Recipe, models_dir: Path) -> dict[str, Any]:
     if missing:
         raise NotReadyError("the drafter folder is incomplete, missing:\n  " + "\n  ".join(missing),
                             f"run `buun pull {recipe.name}` and `buun drafter {recipe.name}`")
+    stray = stray_files(recipe, models_dir)
+    if stray:
+        raise UsageError("the model folders hold files the recipe does not name:\n  " + "\n  ".join(map(str, stray))
+                         + "\nthe converter reads what a folder holds, not the recipe's list (every "
+                         "model*.safetensors, the shards a model.safetensors.index.json names, chat templates, added "
+                         "tokens): the GGUF would be made from files nothing checked",
+                         "move them out of these folders (`buun pull` puts only the recipe's files there); to "
+                         f"convert with them, name them in {recipe.source} (drafter.files or tokenizer.files) and "
+                         f"run `buun pull {recipe.name}`")
     drafter_cfg_path = lay.drafter_dir / "config.json"
     target_cfg_path = lay.tokenizer_dir / recipe.target_config
     drafter_cfg = read_config(drafter_cfg_path, "the drafter config")

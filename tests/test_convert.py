@@ -254,6 +254,34 @@ class TestDrafterFolder:
             drafter.prepare(tiny_recipe, paths.models_dir())
         assert "is not downloaded" in info.value.message and "buun pull tiny-dflash" in (info.value.hint or "")
 
+    def test_files_the_recipe_does_not_name_are_refused_by_name(self, pulled: recipes.Recipe,
+                                                                monkeypatch: pytest.MonkeyPatch):
+        """The converter reads what a folder holds: a model.safetensors.index.json makes it read the
+        shards it names instead of model.safetensors, and a chat template in the tokenizer folder
+        goes into the GGUF; the record named only the recipe's files. Such files are refused, each
+        named, by `buun drafter` and before a conversion, until they are moved out."""
+        drafter.prepare(pulled, paths.models_dir())
+        lay = pull.layout(pulled, paths.models_dir())
+        weights = (lay.drafter_dir / "model.safetensors").read_bytes()
+        stray = [lay.drafter_dir / "model.safetensors.index.json", lay.drafter_dir / "model-00001-of-00001.safetensors",
+                 lay.tokenizer_dir / "chat_template.jinja"]
+        stray[0].write_text(json.dumps({"weight_map": {"fc.weight": stray[1].name}}))
+        stray[1].write_bytes(weights)
+        stray[2].write_text("{{ messages }}")
+        res = CliRunner().invoke(app, ["drafter", str(pulled.source)])
+        assert res.exit_code == Exit.USAGE, res.output
+        out = "".join(res.output.split())  # rich wraps long paths anywhere
+        assert "themodelfoldersholdfilestherecipedoesnotname" in out
+        assert all(str(p) in out for p in stray), res.output
+        assert "movethemoutofthesefolders" in out and "drafter.filesortokenizer.files" in out
+        monkeypatch.setattr(convert, "converter_python", lambda *a: pytest.fail("the converter was set up"))
+        with pytest.raises(UsageError, match="files the recipe does not name"):
+            convert.convert(pulled, paths.models_dir())
+        assert "files the recipe does not name" in convert.stage_status(pulled, paths.models_dir()).detail
+        for p in stray:
+            p.unlink()
+        assert drafter.prepare(pulled, paths.models_dir()).copied == []
+
     def test_convert_needs_the_drafter_folder(self, pulled: recipes.Recipe):
         with pytest.raises(NotReadyError) as info:
             convert.convert(pulled, paths.models_dir())
