@@ -9,8 +9,9 @@
    size, vocabulary size, M-RoPE sections, the exact tensor set and the quant type.
 4. Each GGUF gets a provenance record (`<gguf>.provenance.json`): source revisions and the
    sha256 of the bytes the converter read (a source that changed since `buun pull` verified it
-   is refused), the llama.cpp pin and applied patches, the converter's environment,
-   llama-quantize's build, and what verification read.
+   is refused, and so is a GGUF whose sources changed while the converter read them, or whose
+   folders hold files the recipe does not name), the llama.cpp pin and applied patches, the
+   converter's environment, llama-quantize's build, and what verification read.
 
 Every file is written under a temporary name and renamed into place only when complete and
 verified: a failure keeps the previous good GGUF. Unchanged inputs make the stage a no-op, a
@@ -27,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -302,6 +304,51 @@ def _sources(recipe: Recipe, models_dir: Path, rehash: bool) -> dict[str, Any]:
     return out
 
 
+def _read_by_converter(recipe: Recipe, models_dir: Path) -> list[Path]:
+    """Every file the converter reads: the drafter's, the tokenizer's (--target-model-dir) and the
+    drafter folder's copies of the tokenizer files (drafter.check_folder refuses any other)."""
+    lay = layout(recipe, models_dir)
+    return [*(lay.drafter_dir / n for n in recipe.drafter.files),
+            *(lay.tokenizer_dir / n for n in recipe.repos()["tokenizer"].files),
+            *(lay.drafter_dir / n for n in recipe.tokenizer.files)]
+
+
+def _stats(files: list[Path]) -> dict[Path, tuple[int, ...] | None]:
+    """Each file's identity and last change. The ctime moves with any write and cannot be set back
+    (a utime that restores the mtime moves it too)."""
+    out: dict[Path, tuple[int, ...] | None] = {}
+    for f in files:
+        try:
+            st = f.stat()
+            out[f] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        except FileNotFoundError:
+            out[f] = None
+    return out
+
+
+def _check_sources_kept(recipe: Recipe, models_dir: Path, before: dict[Path, tuple[int, ...] | None],
+                        sources: dict[str, Any]) -> None:
+    """After the converter ran: the files it read are the ones hashed before it started, by their
+    stat and by their bytes hashed again, and no file it would also read appeared. Else its GGUF
+    is of bytes the record would not name: refused."""
+    lay = layout(recipe, models_dir)
+    want = {lay.drafter_dir / n: h for n, h in sources["drafter"]["files"].items()}
+    want |= {lay.tokenizer_dir / n: h for n, h in sources["tokenizer"]["files"].items()}
+    want |= {lay.drafter_dir / n: sources["tokenizer"]["files"].get(n) for n in recipe.tokenizer.files}
+    now = _stats(list(before))
+    changed = [str(f) for f in before if now[f] != before[f]
+               or (now[f] is not None and sha256_file(f) != want.get(f))]
+    stray = [str(p) for p in drafter.stray_files(recipe, models_dir)]
+    if changed or stray:
+        raise NotReadyError(
+            "the converter's sources changed while it read them; the GGUF it made was discarded and the "
+            "previous one is kept:\n  " + "\n  ".join([*(f"{f} (changed)" for f in changed),
+                                                         *(f"{f} (appeared)" for f in stray)]),
+            ("move the files that appeared out of the folder; " if stray else "")
+            + f"run `buun pull --verify {recipe.name}` (it downloads a changed file again) and "
+              f"`buun drafter {recipe.name}`, then `buun convert {recipe.name}`")
+
+
 def conversion_inputs(recipe: Recipe, models_dir: Path, python: Path, outtype: str,
                       rehash: bool = False) -> dict[str, Any]:
     """Everything that shapes the converter's output bytes."""
@@ -421,12 +468,13 @@ def _record(gguf: Path, kind: str, inputs: dict[str, Any], **extra: Any) -> dict
             **extra, "inputs": inputs}
 
 
-def _convert_to(lay: Layout, python: Path, final: Path, outtype: str, log: Path,
+def _convert_to(lay: Layout, python: Path, final: Path, outtype: str, log: Path, kept: Callable[[], None],
                 facts: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """Run the converter into a temporary name; verify it when `facts` are given (the file is
-    the final one); rename it into place only then."""
+    """Run the converter into a temporary name; check that its sources stayed as hashed (`kept`);
+    verify it when `facts` are given (the file is the final one); rename it into place only then."""
     with replaced(final, "partial") as tmp:
         run_converter(python, lay.drafter_dir, lay.tokenizer_dir, tmp, outtype, log)
+        kept()
         if not tmp.is_file():
             raise BuunError(f"the converter finished but wrote no {tmp}", f"see {log}")
         report = verify(tmp, facts, outtype) if facts is not None else None
@@ -441,20 +489,20 @@ def _quantize_to(src: Path, final: Path, quant: str, facts: dict[str, Any], log:
 
 
 def _produce(lay: Layout, recipe: Recipe, facts: dict[str, Any], python: Path, inputs: dict[str, Any],
-             log: Path, force: bool) -> tuple[dict[str, Any], Path | None]:
+             log: Path, force: bool, kept: Callable[[], None]) -> tuple[dict[str, Any], Path | None]:
     """The GGUF(s): (verification report, intermediate file or None). A current intermediate
     (same sources, converter and patches) is reused: a new quant type only re-quantizes."""
     final, outtype = lay.drafter_gguf(), inputs["outtype"]
     if recipe.quantize in FLOAT_TYPES:  # the converter writes the final type itself
         console.step(f"converting {lay.drafter_dir.name} to {outtype} (log: {log})")
-        report = _convert_to(lay, python, final, outtype, log, facts)
+        report = _convert_to(lay, python, final, outtype, log, kept, facts)
         assert report is not None
         return report, None
     intermediate = lay.drafter_gguf(outtype)
     conv_inputs = {k: inputs[k] for k in ("sources", "llama_cpp", "converter_env", "outtype")}
     if force or not _current(intermediate, conv_inputs):
         console.step(f"converting {lay.drafter_dir.name} to {outtype} (log: {log})")
-        _convert_to(lay, python, intermediate, outtype, log)
+        _convert_to(lay, python, intermediate, outtype, log, kept)
         write_json_atomic(provenance_path(intermediate), _record(intermediate, outtype, conv_inputs))
     else:
         console.ok(f"{intermediate.name} is current: only quantizing")
@@ -486,6 +534,8 @@ def _convert(recipe: Recipe, models_dir: Path, force: bool, keep_intermediate: b
         build.find_binary("llama-quantize")  # fail before the long conversion, not after
     python = converter_python()
     outtype = recipe.quantize if recipe.quantize in FLOAT_TYPES else intermediate_type(facts)
+    # the files as they are before they are hashed; checked again once the converter has read them
+    before = _stats(_read_by_converter(recipe, models_dir))
     inputs = inputs_of(recipe, models_dir, python, outtype, rehash=True)  # byte for byte what the converter reads
     console.info(f"making {final.name}: {status.detail}")  # after the checks above, which say it better
     lay.gguf_dir.mkdir(parents=True, exist_ok=True)
@@ -494,7 +544,8 @@ def _convert(recipe: Recipe, models_dir: Path, force: bool, keep_intermediate: b
     log = _log_path(recipe)
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
-    report, intermediate = _produce(lay, recipe, facts, python, inputs, log, force)
+    report, intermediate = _produce(lay, recipe, facts, python, inputs, log, force,
+                                    lambda: _check_sources_kept(recipe, models_dir, before, inputs["sources"]))
     write_json_atomic(provenance_path(final), _record(
         final, recipe.quantize, inputs, recipe={"name": recipe.name, "file": recipe.source.name},
         intermediate=intermediate.name if intermediate else None,

@@ -491,6 +491,40 @@ class TestConvert:
             convert.convert(converted.recipe, models, force=True)  # a conversion hashes what it reads
         assert str(weights) in info.value.message and "buun pull --verify" in (info.value.hint or "")
 
+    @pytest.mark.parametrize("keep_mtime", [False, True])
+    def test_a_source_changed_while_the_converter_reads_it_is_refused(
+            self, converted: Converted, models: Path, converter_python: Path, tiny_hub: FakeHub, tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch, keep_mtime: bool):
+        """The sources were hashed, then read again by the converter: a byte flipped in between gave a
+        GGUF of the flipped bytes, exit 0, and a record naming the good hash, so after `buun pull
+        --verify` it was "up to date". The converter's interpreter here flips a byte of the weights
+        (its mtime put back or not) after buun hashed them, then converts."""
+        lay = pull.layout(converted.recipe, models)
+        weights = lay.drafter_dir / "model.safetensors"
+        flip = tmp_path / "flip.py"
+        flip.write_text(f"import os\np = {str(weights)!r}\nst = os.stat(p)\ndata = bytearray(open(p, 'rb').read())\n"
+                        "data[-100] ^= 0xFF\nopen(p, 'r+b').write(data)\n"
+                        + ("os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))\n" if keep_mtime else ""))
+        python = tmp_path / "bin" / "python"
+        python.parent.mkdir()
+        python.write_text(f'#!/bin/sh\n"{converter_python}" "{flip}" || exit 9\nexec "{converter_python}" "$@"\n')
+        python.chmod(0o755)
+        monkeypatch.setenv("BUUN_CONVERTER_PYTHON", str(python))
+        before = {p.name: _sha(p) for p in lay.gguf_dir.iterdir()}
+        args = [str(converted.recipe.source), "--models-dir", str(models)]
+        res = CliRunner().invoke(app, ["convert", *args, "--force"])
+        assert res.exit_code == Exit.NOT_READY, res.output
+        out = "".join(res.output.split())  # rich wraps long paths anywhere
+        assert "theconverter'ssourceschangedwhileitreadthem" in out and f"{weights}(changed)" in out, res.output
+        assert "run`buunpull--verifytiny-dflash`" in out
+        assert {p.name: _sha(p) for p in lay.gguf_dir.iterdir()} == before  # no GGUF or record of those bytes
+        monkeypatch.delenv("BUUN_CONVERTER_PYTHON")
+        res = CliRunner().invoke(app, ["pull", *args, "--only", "drafter,tokenizer", "--verify"])
+        assert res.exit_code == 0, res.output
+        res = CliRunner().invoke(app, ["convert", *args, "--json"])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.stdout)["rebuilt"] is False  # the GGUF kept is of the good bytes
+
     def test_a_gguf_whose_record_does_not_vouch_for_its_sources_is_made_again(self, converted: Converted,
                                                                            models: Path):
         final = pull.layout(converted.recipe, models).drafter_gguf()
