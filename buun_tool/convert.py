@@ -14,13 +14,14 @@
    converter's environment, llama-quantize's build, and what verification read.
 
 Every file is written under a temporary name and renamed into place only when complete and
-verified: a failure keeps the previous good GGUF. Unchanged inputs make the stage a no-op, a
-current intermediate is reused when only the quant changes, and the same inputs always give
-the same bytes.
+verified: a failure keeps the previous good GGUF (a full disk is exit 7, whatever the converter or
+llama-quantize printed). Unchanged inputs make the stage a no-op, a current intermediate is reused
+when only the quant changes, and the same inputs always give the same bytes.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from buun_tool import build, console, drafter, locks, paths, vendor
-from buun_tool.errors import BuunError, Exit, NotReadyError
+from buun_tool.errors import DISK_FULL, BuunError, CommandError, Exit, NotReadyError, disk_full
 from buun_tool.fsutil import clear_leftovers, replaced, sha256_file, write_json_atomic
 from buun_tool.gguf_tools import GLOBAL_TENSORS, LAYER_TENSORS, OPTIONAL_TENSORS, GgufFile
 from buun_tool.proc import run_logged
@@ -138,10 +139,14 @@ def _make_env(env: Path, python: Path) -> None:
 
 # --- small helpers --------------------------------------------------------------------------
 
-def check_disk(lay: Layout, recipe: Recipe) -> None:
+def space_needed(lay: Layout, recipe: Recipe) -> int:
     """Room for the intermediate (about the checkpoint's size) and the quantized file."""
     weights = sum((lay.drafter_dir / f).stat().st_size for f in recipe.drafter.files)
-    need = weights * (1 if recipe.quantize in FLOAT_TYPES else 2) + DISK_RESERVE
+    return weights * (1 if recipe.quantize in FLOAT_TYPES else 2) + DISK_RESERVE
+
+
+def check_disk(lay: Layout, recipe: Recipe) -> None:
+    need = space_needed(lay, recipe)
     where = lay.gguf_dir if lay.gguf_dir.exists() else lay.root
     free = shutil.disk_usage(where).free
     if free < need:
@@ -180,6 +185,62 @@ def run_converter(python: Path, model_dir: Path, target_dir: Path | None, out: P
 def run_quantize(src: Path, out: Path, quant: str, log: Path) -> None:
     quantize = build.find_binary("llama-quantize")
     run_logged([quantize, src, out, quant], log, what="llama-quantize", hint="see the log")
+
+
+# --- a full disk under the converter or llama-quantize -----------------------------------------
+
+PROBE_BYTES = 1 << 20
+
+
+class _NoRoom(Exception):
+    """A child that failed writing `final` (under its temporary name) on a full disk, or past a
+    quota or `ulimit -f`."""
+
+    def __init__(self, error: OSError, what: str, final: Path):
+        super().__init__(error.strerror)
+        self.error, self.what, self.final = error, what, final
+
+
+def _no_room(out: Path) -> OSError | None:
+    """The error the disk of `out` gives a write now, when it is that of a full disk (None when a
+    write goes through). A child that ran out of room says so in its own words (the converter a
+    Python traceback, llama-quantize `iostream error`, or it dies of SIGXFSZ past `ulimit -f`),
+    none to rely on: one MiB more appended to its half-written output (removed with it) meets the
+    same full disk, quota or file-size limit."""
+    try:
+        with open(out, "ab") as f:
+            f.write(bytes(PROBE_BYTES))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        return exc if exc.errno in DISK_FULL else None
+    return None
+
+
+def _writing(tmp: Path, final: Path, what: str, child: Callable[[], None]) -> None:
+    """Run `child`, which writes `final` under its temporary name `tmp`; its failure on a full disk
+    is _NoRoom, whatever it printed."""
+    try:
+        child()
+    except CommandError:
+        full = _no_room(tmp)
+        if full is None:
+            raise
+        raise _NoRoom(full, what, final) from None
+
+
+def _disk_full(exc: _NoRoom, lay: Layout, recipe: Recipe, log: Path) -> BuunError:
+    """pull's message for a full disk: where, how much is needed and free, what to delete. Made
+    once the half-written file is gone, so the free space is what the user has."""
+    if exc.error.errno == errno.EFBIG:
+        return disk_full(exc.error, f"write {exc.final} ({exc.what})")
+    need = space_needed(lay, recipe)
+    free = shutil.disk_usage(lay.gguf_dir).free
+    return BuunError(f"the disk is full: {exc.what} could not write {exc.final} "
+                     f"({exc.error.strerror or 'no space left on device'}); converting needs about {_amount(need)} "
+                     f"free in {lay.gguf_dir}, {_amount(free)} is free",
+                     f"{disk_hint(lay.root, need, free)}; then run the same command again: the previous GGUF is "
+                     f"kept (the {exc.what}'s own output is in {log})", Exit.DISK)
 
 
 # --- verification ---------------------------------------------------------------------------
@@ -473,7 +534,8 @@ def _convert_to(lay: Layout, python: Path, final: Path, outtype: str, log: Path,
     """Run the converter into a temporary name; check that its sources stayed as hashed (`kept`);
     verify it when `facts` are given (the file is the final one); rename it into place only then."""
     with replaced(final, "partial") as tmp:
-        run_converter(python, lay.drafter_dir, lay.tokenizer_dir, tmp, outtype, log)
+        _writing(tmp, final, "the GGUF converter",
+                 lambda: run_converter(python, lay.drafter_dir, lay.tokenizer_dir, tmp, outtype, log))
         kept()
         if not tmp.is_file():
             raise BuunError(f"the converter finished but wrote no {tmp}", f"see {log}")
@@ -483,7 +545,7 @@ def _convert_to(lay: Layout, python: Path, final: Path, outtype: str, log: Path,
 
 def _quantize_to(src: Path, final: Path, quant: str, facts: dict[str, Any], log: Path) -> dict[str, Any]:
     with replaced(final, "partial") as tmp:
-        run_quantize(src, tmp, quant, log)
+        _writing(tmp, final, "llama-quantize", lambda: run_quantize(src, tmp, quant, log))
         report = verify(tmp, facts, quant)
     return report
 
@@ -544,8 +606,11 @@ def _convert(recipe: Recipe, models_dir: Path, force: bool, keep_intermediate: b
     log = _log_path(recipe)
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
-    report, intermediate = _produce(lay, recipe, facts, python, inputs, log, force,
-                                    lambda: _check_sources_kept(recipe, models_dir, before, inputs["sources"]))
+    try:
+        report, intermediate = _produce(lay, recipe, facts, python, inputs, log, force,
+                                        lambda: _check_sources_kept(recipe, models_dir, before, inputs["sources"]))
+    except _NoRoom as exc:
+        raise _disk_full(exc, lay, recipe, log) from None
     write_json_atomic(provenance_path(final), _record(
         final, recipe.quantize, inputs, recipe={"name": recipe.name, "file": recipe.source.name},
         intermediate=intermediate.name if intermediate else None,
@@ -562,7 +627,10 @@ def _convert(recipe: Recipe, models_dir: Path, force: bool, keep_intermediate: b
 
 
 def _size(path: Path) -> str:
-    n = path.stat().st_size
+    return _amount(path.stat().st_size)
+
+
+def _amount(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 

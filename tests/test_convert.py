@@ -525,6 +525,29 @@ class TestConvert:
         assert res.exit_code == 0, res.output
         assert json.loads(res.stdout)["rebuilt"] is False  # the GGUF kept is of the good bytes
 
+    @pytest.mark.parametrize("writer", ["the GGUF converter", "llama-quantize"])
+    def test_a_full_disk_under_the_converter_or_llama_quantize_is_exit_7(self, converted: Converted, models: Path,
+                                                                          tmp_path: Path, writer: str):
+        """The converter ran out of room with a Python traceback (exit 1), llama-quantize with
+        `iostream error`: both came out as a failed step with a generic hint. Here every write of
+        the child's output answers ENOSPC, as on a full disk (its temporary name leads to /dev/full)."""
+        recipe = converted.recipe
+        if writer == "llama-quantize":  # another quant: the intermediate is current, only llama-quantize writes
+            recipe = recipes.load_file(write_recipe(tmp_path / "tiny-dflash.yaml", quantize="Q8_0"))
+        lay = pull.layout(recipe, models)
+        out = lay.drafter_gguf("BF16") if writer == "the GGUF converter" else lay.drafter_gguf()
+        before = {p.name: _sha(p) for p in lay.gguf_dir.iterdir()}
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
+        tmp.symlink_to("/dev/full")
+        res = CliRunner().invoke(app, ["convert", str(recipe.source), "--models-dir", str(models), "--force"])
+        assert res.exit_code == Exit.DISK, res.output
+        flat = "".join(res.output.split())  # rich wraps long paths anywhere
+        assert f"thediskisfull:{''.join(writer.split())}couldnotwrite{out}(Nospaceleftondevice)" in flat, res.output
+        assert "convertingneedsabout" in flat and f"freein{lay.gguf_dir}," in flat and "isfree" in flat
+        assert "freesomespace" in flat and "thepreviousGGUFiskept" in flat
+        assert "Traceback" not in res.output and "iostream" not in res.output
+        assert not tmp.is_symlink() and {p.name: _sha(p) for p in lay.gguf_dir.iterdir()} == before
+
     def test_a_gguf_whose_record_does_not_vouch_for_its_sources_is_made_again(self, converted: Converted,
                                                                            models: Path):
         final = pull.layout(converted.recipe, models).drafter_gguf()
