@@ -36,7 +36,7 @@ from typing import Any
 
 from buun_tool import build, console, drafter, locks, paths, vendor
 from buun_tool.errors import DISK_FULL, BuunError, CommandError, Exit, NotReadyError, disk_full
-from buun_tool.fsutil import clear_leftovers, replaced, sha256_file, write_json_atomic
+from buun_tool.fsutil import clear_leftovers, open_private, private_dir, replaced, sha256_file, write_json_atomic
 from buun_tool.gguf_tools import GLOBAL_TENSORS, LAYER_TENSORS, OPTIONAL_TENSORS, GgufFile
 from buun_tool.proc import run_logged
 from buun_tool.pull import DISK_RESERVE, Layout, disk_hint, layout, require_pulled, unchanged
@@ -604,8 +604,10 @@ def _convert(recipe: Recipe, models_dir: Path, force: bool, keep_intermediate: b
     clear_leftovers(lay.gguf_dir, "partial")  # also a killed run's of a file this one does not write
     check_disk(lay, recipe)
     log = _log_path(recipe)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text("")
+    for folder in (paths.state_dir(), log.parent):  # the log names the models and paths: the owner's, as state is
+        private_dir(folder)
+    with open_private(log, append=False):
+        pass
     try:
         report, intermediate = _produce(lay, recipe, facts, python, inputs, log, force,
                                         lambda: _check_sources_kept(recipe, models_dir, before, inputs["sources"]))

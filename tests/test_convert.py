@@ -548,6 +548,18 @@ class TestConvert:
         assert "Traceback" not in res.output and "iostream" not in res.output
         assert not tmp.is_symlink() and {p.name: _sha(p) for p in lay.gguf_dir.iterdir()} == before
 
+    def test_the_convert_log_is_the_owners_only(self, converted: Converted, models: Path, tmp_path: Path):
+        """The log names the models, the folders and the converter's environment: 0600 as the
+        server's state files, also when an older buun left it 0644."""
+        log = paths.state_dir() / "logs" / "convert-tiny-dflash.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("an older run's\n")
+        log.chmod(0o644)
+        r = recipes.load_file(write_recipe(tmp_path / "tiny-dflash.yaml", quantize="Q8_0"))
+        assert convert.convert(r, models).rebuilt
+        assert log.stat().st_mode & 0o777 == 0o600 and "an older run's" not in log.read_text()
+        assert log.parent.stat().st_mode & 0o777 == 0o700
+
     def test_a_gguf_whose_record_does_not_vouch_for_its_sources_is_made_again(self, converted: Converted,
                                                                            models: Path):
         final = pull.layout(converted.recipe, models).drafter_gguf()
