@@ -575,8 +575,9 @@ def _produce(lay: Layout, recipe: Recipe, facts: dict[str, Any], python: Path, i
 def convert(recipe: Recipe, models_dir: Path, force: bool = False,
             keep_intermediate: bool = True) -> ConvertResult:
     """F16/BF16 conversion + quantization + verification + provenance, as one idempotent stage."""
-    # a second convert would clear this one's half-written GGUF as a killed run's leftover
-    with locks.models_folder(models_dir):
+    # a second convert would clear this one's half-written GGUF as a killed run's leftover; the tree's
+    # converter script and gguf-py are run and recorded: not while a patch changes them
+    with locks.models_folder(models_dir), locks.vendor_tree(shared=True):
         return _convert(recipe, models_dir, force, keep_intermediate)
 
 

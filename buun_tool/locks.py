@@ -7,10 +7,11 @@ one convert deletes the other's half-written GGUF. So each stage's function hold
 it changes (fcntl.flock, as an instance's supervisor holds its own): a second command waits, says
 once on stderr for which command and process, then goes on and finds the work done. A build holds
 the vendored tree shared (it only reads it: builds of two variants run side by side, a patch
-waits). The kernel drops a flock when its process dies, however it dies, so no lock outlives
-its holder; the descriptor is not inherited (Python opens it close-on-exec), so no program a stage
-starts (cmake, git, the converter) keeps it once buun is gone, and no stage holds one while
-`buun setup` serves. Commands that only read (status, doctor, --dry-run, fit, `patch
+waits), and so does a convert (it runs the tree's converter script and gguf-py). The kernel
+drops a flock when its process dies, however it dies, so no lock outlives its holder; the
+descriptor is not inherited (Python opens it close-on-exec), so no program a stage starts
+(cmake, git, the converter) keeps it once buun is gone, and no stage holds one while `buun
+setup` serves. Commands that only read (status, doctor, --dry-run, fit, `patch
 --status/--check`) take none and never wait.
 """
 

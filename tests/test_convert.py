@@ -560,6 +560,25 @@ class TestConvert:
         assert log.stat().st_mode & 0o777 == 0o600 and "an older run's" not in log.read_text()
         assert log.parent.stat().st_mode & 0o777 == 0o700
 
+    def test_a_convert_waits_for_a_patch_of_the_vendored_tree(self, converted: Converted, models: Path, holders,
+                                                               tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        """A convert runs the tree's converter script and gguf-py and records the tree: a `buun patch`
+        (or vendor) changing it meanwhile made a GGUF of neither. It holds the tree shared, as a build."""
+        tree = tmp_path / "vendor" / "llama.cpp"  # the lock file lies beside it: this test's own
+        tree.parent.mkdir()
+        tree.symlink_to(paths.llama_dir())
+        monkeypatch.setenv("BUUN_LLAMA_DIR", str(tree))
+        holder = holders("vendor")  # a patch applying the series
+        proc = buun("convert", str(converted.recipe.source), "--models-dir", str(models))
+        seen = stderr_until(proc, "...")
+        assert f"(PID {holder.pid}) to finish with the vendored tree {tree}" in seen, seen
+        release(holder)
+        code, err = finish(proc, seen)
+        assert code == 0 and "is up to date" in _flat(err), err
+        holder = holders("vendor-shared")  # a build reading the tree: no wait
+        code, err = finish(buun("convert", str(converted.recipe.source), "--models-dir", str(models)))
+        assert code == 0 and "waiting" not in err and "is up to date" in _flat(err), err
+
     def test_a_gguf_whose_record_does_not_vouch_for_its_sources_is_made_again(self, converted: Converted,
                                                                            models: Path):
         final = pull.layout(converted.recipe, models).drafter_gguf()
