@@ -256,10 +256,19 @@ def baseline_state(repo: Path) -> dict[str, object]:
 def upstream_source() -> Path:
     """The pin as upstream ships it, for the upstream build: the vendored repo's tag buun-baseline
     exported (`git archive`) into the build folder's upstream-src, made again when the tag's tree
-    changes. The vendored (patched) tree and its repository are only read."""
+    changes. The vendored (patched) tree and its repository are only read.
+
+    The upstream builds of two variants share it: one exports while the other waits, then finds it
+    made. Once made it stays while they compile: only a moved tag makes it again, and the tag moves
+    with `buun vendor`, which waits for every build."""
     repo = vendor.require_vendored()
     tree = str(baseline_state(repo)["tree"])
     dest = paths.build_dir(f"{UPSTREAM}-src")
+    with locks.upstream_source(dest):
+        return _export_baseline(repo, tree, dest)
+
+
+def _export_baseline(repo: Path, tree: str, dest: Path) -> Path:
     marker = dest / ".buun-tree"  # the tree it holds, written last: a cut export is made again
     if marker.is_file() and marker.read_text().strip() == tree:
         return dest

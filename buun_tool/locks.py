@@ -1,5 +1,5 @@
-"""One lock per thing the pipeline stages change: the vendored tree, a build folder, a models folder
-and the converter's environment.
+"""One lock per thing the pipeline stages change: the vendored tree, a build folder, the upstream
+source export, a models folder and the converter's environment.
 
 Two buun commands that change one of these at once break it: two `git am` in one tree abort each
 other, two downloads append to one partial file (and to the file the first one renamed into place),
@@ -100,3 +100,9 @@ def models_folder(models: Path) -> contextlib.AbstractContextManager[None]:
     if not models.is_dir():
         return contextlib.nullcontext()
     return held(models / ".buun.lock", f"the models folder {models}")
+
+
+def upstream_source(folder: Path) -> contextlib.AbstractContextManager[None]:
+    """The export of the unpatched pin that the upstream builds of every variant compile: one
+    makes it while another waits (both made it at once, each removing the other's half)."""
+    return held(folder.parent / f".{folder.name}.lock", f"the upstream source {folder}")

@@ -14,6 +14,7 @@ from buun_tool import build, patches, paths, vendor
 from buun_tool.cli.app import app
 from buun_tool.errors import Exit, NotReadyError, UsageError
 from tests.fake_llama import FakeProject, commit_change, run
+from tests.lock_holder import env, release, stderr_until
 
 runner = CliRunner()
 
@@ -131,6 +132,29 @@ def test_upstream_is_the_same_build_of_the_pin_unpatched(fake_project: FakeProje
     assert stamp["source"]["tree"] != build._stamp_for(p, fake_project.llama)["source"]["tree"]
     with pytest.raises(NotReadyError, match="buun build --upstream"):
         build.find_upstream_binary("llama-server")
+
+
+def test_two_upstream_builds_export_the_pin_one_after_the_other(fake_project: FakeProject, holders) -> None:
+    """The upstream builds of two variants (upstream-cpu, upstream-cuda: each its own build folder's
+    lock) share one export, upstream-src: two first ones at once each removed the other's half.
+    The second waits for the first's export, then finds it made."""
+    import sys
+
+    _two_patch_series(fake_project)
+    dest = paths.build_dir("upstream-src")
+    holder = holders("build:upstream-src")  # the same lock file: an upstream build exporting the pin
+    proc = subprocess.Popen([sys.executable, "-c", "from buun_tool import build; print(build.upstream_source())"],
+                            env=env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        seen = stderr_until(proc, "...")
+        assert f"(PID {holder.pid}) to finish with the upstream source {dest}" in seen, seen
+        assert not dest.exists()
+        release(holder)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and out.strip() == str(dest), err
+    assert "int option_3 = 3;" in (dest / "common/arg.cpp").read_text()
 
 
 def test_upstream_copies_the_settings_of_buuns_build(llama_bin: Path) -> None:
