@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from buun_tool import build, console, drafter, locks, paths, vendor
-from buun_tool.errors import DISK_FULL, BuunError, CommandError, Exit, NotReadyError, disk_full
+from buun_tool.errors import DISK_FULL, BuunError, CommandError, Exit, NotReadyError, UsageError, disk_full
 from buun_tool.fsutil import clear_leftovers, open_private, private_dir, replaced, sha256_file, write_json_atomic
 from buun_tool.gguf_tools import GLOBAL_TENSORS, LAYER_TENSORS, OPTIONAL_TENSORS, GgufFile
 from buun_tool.proc import run_logged
@@ -575,10 +575,39 @@ def _produce(lay: Layout, recipe: Recipe, facts: dict[str, Any], python: Path, i
 def convert(recipe: Recipe, models_dir: Path, force: bool = False,
             keep_intermediate: bool = True) -> ConvertResult:
     """F16/BF16 conversion + quantization + verification + provenance, as one idempotent stage."""
-    # a second convert would clear this one's half-written GGUF as a killed run's leftover; the tree's
-    # converter script and gguf-py are run and recorded: not while a patch changes them
-    with locks.models_folder(models_dir), locks.vendor_tree(shared=True):
-        return _convert(recipe, models_dir, force, keep_intermediate)
+    # a second convert would clear this one's half-written GGUF as a killed run's leftover; a folder
+    # this process cannot write still answers when the GGUF is current
+    with locks.models_folder(models_dir, unwritable_ok=True) as unwritable:
+        if unwritable is not None:
+            return _finished(recipe, models_dir, force, unwritable)
+        # the tree's converter script and gguf-py are run and recorded: not while a patch changes them
+        with locks.vendor_tree(shared=True):
+            return _convert(recipe, models_dir, force, keep_intermediate)
+
+
+def _up_to_date(lay: Layout, record: dict[str, Any]) -> ConvertResult:
+    final = lay.drafter_gguf()
+    console.ok(f"{final.name} is up to date ({final})")
+    kept = record.get("intermediate")
+    return ConvertResult(str(final), str(lay.gguf_dir / kept) if kept else None,
+                         str(provenance_path(final)), False, 0.0, record["verified"])
+
+
+def _finished(recipe: Recipe, models_dir: Path, force: bool, unwritable: OSError) -> ConvertResult:
+    """`buun convert` in a models folder this process cannot write (a read-only mount, another
+    user's folder): the GGUF when it is current, as a convert says it; else why nothing is done."""
+    lay = layout(recipe, models_dir)
+    try:
+        facts = drafter.check_folder(recipe, models_dir)
+        status, record = (stale("--force"), None) if force else _judge(recipe, models_dir, facts)
+    except BuunError as exc:
+        status, record = stale(exc.message), None
+    if record is None:
+        raise UsageError(f"{lay.drafter_gguf().name} is to be made ({status.detail}), but {models_dir} cannot be "
+                         f"written: {unwritable.strerror} ({unwritable.filename})",
+                         "make the models folder writable, or give a writable one (--models-dir, BUUN_MODELS_DIR), "
+                         "then run the same command again")
+    return _up_to_date(lay, record)
 
 
 def _convert(recipe: Recipe, models_dir: Path, force: bool, keep_intermediate: bool) -> ConvertResult:
@@ -588,10 +617,7 @@ def _convert(recipe: Recipe, models_dir: Path, force: bool, keep_intermediate: b
     final = lay.drafter_gguf()
     status, record = _judge(recipe, models_dir, facts) if not force else (stale("--force"), None)
     if record is not None:
-        console.ok(f"{final.name} is up to date ({final})")
-        kept = record.get("intermediate")
-        return ConvertResult(str(final), str(lay.gguf_dir / kept) if kept else None,
-                             str(provenance_path(final)), False, 0.0, record["verified"])
+        return _up_to_date(lay, record)
     drafter.check_readable(recipe, models_dir)
     if recipe.quantize not in FLOAT_TYPES:
         build.find_binary("llama-quantize")  # fail before the long conversion, not after

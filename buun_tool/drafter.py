@@ -305,8 +305,28 @@ def stage_status(recipe: Recipe, models_dir: Path) -> StageStatus:
 
 def prepare(recipe: Recipe, models_dir: Path) -> DrafterFolder:
     """Copy the tokenizer files into the drafter folder and check the folder is complete."""
-    with locks.models_folder(models_dir):  # not while a pull replaces the files copied or checked
+    # not while a pull replaces the files copied or checked; a folder this process cannot write
+    # still answers when the drafter folder is ready
+    with locks.models_folder(models_dir, unwritable_ok=True) as unwritable:
+        if unwritable is not None:
+            return _ready(recipe, models_dir, unwritable)
         return _prepare(recipe, models_dir)
+
+
+def _ready(recipe: Recipe, models_dir: Path, unwritable: OSError) -> DrafterFolder:
+    """`buun drafter` in a models folder this process cannot write (a read-only mount, another
+    user's folder): the folder when it is ready, as `buun drafter` says it; else why nothing is done."""
+    status = stage_status(recipe, models_dir)
+    if not status.current:
+        raise UsageError(f"the drafter folder is to be completed ({status.detail}), but {models_dir} cannot be "
+                         f"written: {unwritable.strerror} ({unwritable.filename})",
+                         "make the models folder writable, or give a writable one (--models-dir, BUUN_MODELS_DIR), "
+                         "then run the same command again")
+    lay = layout(recipe, models_dir)
+    facts = check_folder(recipe, models_dir)
+    check_readable(recipe, models_dir)
+    console.ok(f"drafter folder ready: {lay.drafter_dir} (tokenizer files already there)")
+    return DrafterFolder(str(lay.drafter_dir), str(lay.tokenizer_dir), [], list(tokenizer_files(recipe)), facts)
 
 
 def _prepare(recipe: Recipe, models_dir: Path) -> DrafterFolder:

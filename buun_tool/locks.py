@@ -18,6 +18,7 @@ setup` serves. Commands that only read (status, doctor, --dry-run, fit, `patch
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import sys
@@ -92,14 +93,31 @@ def converter_env(env: Path) -> contextlib.AbstractContextManager[None]:
     return held(env.parent / f".{env.name}.lock", f"the converter environment {env}")
 
 
-def models_folder(models: Path) -> contextlib.AbstractContextManager[None]:
+# errno values of a lock file that cannot be made: a folder this user may not write, a read-only mount
+UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+@contextlib.contextmanager
+def models_folder(models: Path, unwritable_ok: bool = False) -> Iterator[OSError | None]:
     """A models folder (pull, drafter, convert): the lock file lies in it, the one folder there
     that is sure to be buun's (--models-dir may name one in a folder that is not this user's).
     A folder not made yet holds nothing to protect: pull makes it first; drafter and convert go on
-    and say what is missing (a mistyped --models-dir leaves no folder behind)."""
-    if not models.is_dir():
-        return contextlib.nullcontext()
-    return held(models / ".buun.lock", f"the models folder {models}")
+    and say what is missing (a mistyped --models-dir leaves no folder behind).
+
+    Yields None while it holds the lock. With `unwritable_ok`, a folder where the lock file cannot
+    be made (a read-only mount, another user's folder) yields that error instead, unlocked: the
+    caller may only read there, to say its work is already done (nothing it wrote would land, and
+    a writer's files are renamed into place whole)."""
+    unwritable = None
+    with contextlib.ExitStack() as stack:
+        if models.is_dir():
+            try:
+                stack.enter_context(held(models / ".buun.lock", f"the models folder {models}"))
+            except OSError as exc:
+                if not (unwritable_ok and exc.errno in UNWRITABLE):
+                    raise
+                unwritable = exc
+        yield unwritable
 
 
 def upstream_source(folder: Path) -> contextlib.AbstractContextManager[None]:

@@ -42,6 +42,26 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
+def read_only(folder: Path, *args: str) -> tuple[int, str]:
+    """`python ARGS` (buun) with `folder` read-only, and its exit code and stderr: a read-only bind
+    mount in a mount namespace of its own (unshare; as root too, which no mode bits stop), else,
+    for a user other than root, the folder's write bits cleared while it runs."""
+    cmd = [sys.executable, *args]
+    if shutil.which("unshare") and subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0:
+        cmd = ["unshare", "-rm", "sh", "-c", 'mount --bind -o ro "$0" "$0" && exec "$@"', str(folder), *cmd]
+        proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=120)
+        return proc.returncode, proc.stderr
+    if os.geteuid() == 0:
+        pytest.fail("a read-only folder needs `unshare -rm` (user namespaces) when the tests run as root")
+    mode = folder.stat().st_mode
+    folder.chmod(0o555)
+    try:
+        proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=120)
+    finally:
+        folder.chmod(mode)
+    return proc.returncode, proc.stderr
+
+
 # --- the drafter folder (no converter needed) -----------------------------------------------
 
 @pytest.fixture
@@ -578,6 +598,24 @@ class TestConvert:
         holder = holders("vendor-shared")  # a build reading the tree: no wait
         code, err = finish(buun("convert", str(converted.recipe.source), "--models-dir", str(models)))
         assert code == 0 and "waiting" not in err and "is up to date" in _flat(err), err
+
+    def test_a_read_only_models_folder_still_answers_up_to_date(self, converted: Converted, models: Path):
+        """`buun drafter` and `buun convert` take the models folder's lock, a file they make in it: in a
+        folder they cannot write (a read-only mount, another user's) they failed with exit 2 where
+        the work was done. Done, they say so; with work to do, they say why nothing is done."""
+        (models / ".buun.lock").unlink(missing_ok=True)
+        recipe = str(converted.recipe.source)
+        for cmd, done in (("drafter", "tokenizer files already there"), ("convert", "is up to date")):
+            code, err = read_only(models, "-m", "buun_tool", cmd, recipe, "--models-dir", str(models))
+            assert code == 0 and done in _flat(err), err
+            assert "Read-only" not in err and "Permission denied" not in err
+        final = pull.layout(converted.recipe, models).drafter_gguf()
+        convert.provenance_path(final).unlink()  # to be made again
+        code, err = read_only(models, "-m", "buun_tool", "convert", recipe, "--models-dir", str(models))
+        assert code == Exit.USAGE, err
+        assert f"{final.name} is to be made ({final.name} is not made yet" in _flat(err)
+        assert "cannot be written" in _flat(err) and "make the models folder writable" in _flat(err)
+        assert not (models / ".buun.lock").exists()
 
     def test_a_gguf_whose_record_does_not_vouch_for_its_sources_is_made_again(self, converted: Converted,
                                                                            models: Path):
