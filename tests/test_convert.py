@@ -272,7 +272,8 @@ class TestDrafterFolder:
     def test_needs_a_pull_first(self, tiny_recipe: recipes.Recipe):
         with pytest.raises(NotReadyError) as info:
             drafter.prepare(tiny_recipe, paths.models_dir())
-        assert "is not downloaded" in info.value.message and "buun pull tiny-dflash" in (info.value.hint or "")
+        assert "is not downloaded" in info.value.message
+        assert f"run `buun pull {tiny_recipe.source}`" in (info.value.hint or "")  # a file: named by its path
 
     def test_files_the_recipe_does_not_name_are_refused_by_name(self, pulled: recipes.Recipe,
                                                                 monkeypatch: pytest.MonkeyPatch):
