@@ -5,14 +5,14 @@ SIGTERM and SIGHUP unwind the same way (errors.Terminated), from the first line 
 
 import signal
 
-from buun_tool.errors import Terminated, exit_interrupted, exit_terminated, raise_terminated
+from buun_tool.base.errors import Terminated, exit_interrupted, exit_terminated, raise_terminated
 
 
 def main() -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):  # a handler, not SIG_IGN: children get the default back at exec
         signal.signal(sig, raise_terminated)
     try:
-        from buun_tool.cmdline import mask_secrets
+        from buun_tool.base.cmdline import mask_secrets
 
         mask_secrets()  # `buun serve --api-key KEY` lives as long as its server: off `ps` at once
         from buun_tool.cli.app import main as cli_main

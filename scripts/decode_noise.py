@@ -10,7 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from buun_tool import recipes, synth
+from buun_tool.formats import recipes
+from buun_tool.measure import synth
 from tests.llama_proc import Server, llama_server
 
 PROMPTS = [[1000 + 37 * i % 4000 for i in range(23)], [2000 + 7 * i % 1000 for i in range(131)]]

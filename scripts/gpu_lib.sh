@@ -34,7 +34,7 @@ NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)  # Ns
 # the machine's CUDA arch as the build module detects it (what `buun build --cuda` picks: "90" on an
 # H100/H200), so no script names one; GPU_CUDA_ARCH=86-virtual builds Ampere's code as PTX only, which
 # the driver compiles for this card at load (the parts that build llama.cpp; not the kernel benches)
-CUDA_ARCH=${GPU_CUDA_ARCH:-$(python3 -c "from buun_tool import build; print(';'.join(sorted({g.arch for g in build.detect_gpus()})))")}
+CUDA_ARCH=${GPU_CUDA_ARCH:-$(python3 -c "from buun_tool.base import nvidia; print(';'.join(sorted({g.arch for g in nvidia.detect_gpus()})))")}
 [ -n "$CUDA_ARCH" ] || { log "no GPU visible to nvidia-smi: no CUDA arch"; exit 1; }
 # On a machine of several cards every part runs on card 0 unless it names its cards (split, rpc):
 # the one-card figures of a multi-card run are then one card's, as on a one-card machine.

@@ -201,7 +201,7 @@ part_tree_decode() {
     if [ ! -x "$BIN/test-tree-decode" ]; then  # a lean build has only the server's targets
         gpu_tests_build tree-decode-build test-tree-decode
     fi
-    tiny=$(python3 -c "from pathlib import Path; from buun_tool import recipes, synth
+    tiny=$(python3 -c "from pathlib import Path; from buun_tool.formats import recipes; from buun_tool.measure import synth
 print(synth.write_pair(recipes.load(), Path('$W/tiny-f32'), scale='tiny', seed=0, target_type='f32', draft_type='f32')[0])")
     step tree-decode 300 "$BIN/test-tree-decode" -m "$tiny" -ngl 99
     tail -1 "$RES/tree-decode.log" | tee -a "$RES/summary.txt"

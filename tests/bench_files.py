@@ -66,7 +66,8 @@ def tree_sweep_run() -> dict[str, Any]:
     (bench's own configs, argv, summary and JSON), on RECORDED's machine, prompts and build, with
     made-up timings: each sweep point accepts what the profile expects, less 2%, and its step costs
     0.6% more per node past 16, from 18 ms; AR decodes at 80 tok/s. Every chart of the report is there."""
-    from buun_tool import bench, bench_configs, recipes
+    from buun_tool.formats import recipes
+    from buun_tool.measure import bench, bench_configs
 
     rec = json.loads(RECORDED.read_text())
     recipe, common = recipes.load(), bench_configs.common(draft_max=15)
@@ -88,7 +89,7 @@ def tree_sweep_run() -> dict[str, Any]:
 def _sample(config: str, prompt_id: str, al: float | None, step_ms: float) -> Any:
     """512 tokens decoded in steps of `al` tokens (None: AR, one token a step), per-position acceptance
     falling geometrically."""
-    from buun_tool import bench
+    from buun_tool.measure import bench
 
     steps = round(512 / (al or 1))
     accepted = 512 - steps if al else 0

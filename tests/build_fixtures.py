@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from buun_tool import build, paths
+from buun_tool.base import paths
+from buun_tool.pipeline import build
 
 FOLDER = Path(__file__).resolve().parent.parent / ".pytest_cache" / "buun-build-upstream"
 

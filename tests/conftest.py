@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from buun_tool import build
+from buun_tool.pipeline import build
 
 # fixture modules shared by several test files
 pytest_plugins = ["tests.build_fixtures", "tests.fake_gpus", "tests.fake_llama", "tests.lock_holder", "tests.models",

@@ -21,7 +21,7 @@ def bus_id(index: int) -> str:
 
 
 def write_nvidia_smi(folder: Path, cards: Sequence[tuple[str, str, int]], used_mib: int = 1000) -> Path:
-    """An nvidia-smi answering the queries of build.detect_gpus, server/gpu.py and `buun status`."""
+    """An nvidia-smi answering the queries of nvidia.detect_gpus, server/gpu.py and `buun status`."""
     rows = {
         "name,compute_cap,memory.total,driver_version": [f"{n}, {cap}, {mib}, 580.65" for n, cap, mib in cards],
         "index,memory.used,memory.total": [f"{i}, {used_mib}, {c[2]}" for i, c in enumerate(cards)],

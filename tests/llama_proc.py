@@ -17,7 +17,8 @@ from typing import Any
 
 import requests
 
-from buun_tool.server import command, process
+from buun_tool.base import command
+from buun_tool.server import process
 from buun_tool.server.local import LocalServer
 
 __all__ = ["Server", "concurrently", "gpu_layers", "llama_server", "placement", "stream_then_close"]

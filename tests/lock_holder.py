@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from buun_tool import locks
+from buun_tool.base import locks
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from buun_tool import recipes, synth
+from buun_tool.formats import recipes
+from buun_tool.measure import synth
 
 CACHE = Path(__file__).resolve().parent.parent / ".pytest_cache" / "buun-models"
 

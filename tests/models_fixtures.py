@@ -22,7 +22,9 @@ from typing import Any
 
 import pytest
 
-from buun_tool import convert, paths, recipes
+from buun_tool.base import paths
+from buun_tool.formats import recipes
+from buun_tool.pipeline import convert
 from tests import tiny_models
 from tests.hub_server import FakeHub
 from tests.tiny_models import TinyModels, write_recipe

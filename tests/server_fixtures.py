@@ -15,9 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from buun_tool import recipes
-from buun_tool.bench_configs import UPSTREAM
-from buun_tool.server import command
+from buun_tool.base import command
+from buun_tool.formats import recipes
+from buun_tool.measure.bench_configs import UPSTREAM
 from tests.server_helpers import Buun
 
 

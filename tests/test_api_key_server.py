@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from buun_tool.server import command
+from buun_tool.base import command
 from tests.llama_proc import Server, llama_server
 
 

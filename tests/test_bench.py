@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import bench, bench_configs, chart, figures, patches, recipes, treeprofile
+from buun_tool.base.errors import UsageError
 from buun_tool.cli.app import app
-from buun_tool.errors import UsageError
+from buun_tool.formats import recipes
+from buun_tool.measure import bench, bench_configs, chart, figures, treeprofile
+from buun_tool.pipeline import patches
 from tests.bench_files import NO_MATPLOTLIB, RECORDED
 
 
@@ -186,7 +188,7 @@ class TestTreeSweep:
         assert not any(a.startswith("--spec-tree") or a == "--spec-synth-tree" for a in ar)
 
     def test_real_models_are_swept_on_their_own_acceptance(self) -> None:
-        """Not buun synth's (synth.is_synthetic): each budget with the drafter's own acceptance."""
+        """Not buun synth's (model_plan.is_synthetic): each budget with the drafter's own acceptance."""
         tree = bench_configs.tree_configs([0, 22], recipes.load(), self.COMMON, self.MODELS_DIR, synthetic=False)
         assert [c.label for c in tree] == ["DFlash chain", "DFlash tree 22"]
         assert [(c.tree_budget, c.expected_al) for c in tree] == [(0, None), (22, None)]
@@ -329,7 +331,8 @@ class TestChart:
 
     def test_without_matplotlib_charts_say_how_to_get_them(self, tmp_path: Path) -> None:
         code = ("import sys; sys.modules['matplotlib'] = None\n"
-                "from pathlib import Path\nfrom buun_tool import chart\nfrom buun_tool.errors import NotReadyError\n"
+                "from pathlib import Path\nfrom buun_tool.measure import chart\n"
+                "from buun_tool.base.errors import NotReadyError\n"
                 "try:\n    chart.grouped_bars('t', ['g'], ['s'], [[1.0]])\n"
                 "except NotReadyError as exc:\n    print(exc.hint)\n")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -450,7 +453,7 @@ class TestEndToEnd:
         # a tree of 4 nodes is at most 4 deep: at most 4 drafted tokens and the bonus one a step
         assert rows["dflash-tree4"]["mean_al"] <= 5 and rows["dflash-tree0"]["mean_al"] <= 16
         assert all(s["decode_tokens"] == 64 for s in data["samples"])
-        # --target is buun synth's tiny pair (synth.is_synthetic): the profile, and the fastest budget named
+        # --target is buun synth's tiny pair (model_plan.is_synthetic): the profile, and the fastest budget named
         assert re.search(r"tree sweep: (the chain is|budget 4 is) the fastest under the synthetic tree profile",
                          " ".join(res.output.split()))
         html = (tmp_path / "report.html").read_text()

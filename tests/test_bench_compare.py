@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from buun_tool.console import printable
+from buun_tool.base.console import printable
 from tests.bench_files import (
     HOSTILE,
     NO_MATPLOTLIB,

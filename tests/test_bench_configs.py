@@ -7,10 +7,11 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from buun_tool import bench_configs, recipes
-from buun_tool.bench_configs import AR, UPSTREAM, Models, Overrides
+from buun_tool.base import command
 from buun_tool.cli.app import app
-from buun_tool.server import command
+from buun_tool.formats import recipes
+from buun_tool.measure import bench_configs
+from buun_tool.measure.bench_configs import AR, UPSTREAM, Models, Overrides
 
 MODELS = Models(Path("/m/t.gguf"), Path("/m/d.gguf"))
 MODELS_DIR = Path("/m")  # the folder a `-c fit` would weigh; bench pins -c

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from buun_tool import bench, figures, report, treeprofile
+from buun_tool.measure import bench, figures, report, treeprofile
 from tests.bench_files import HOSTILE, NO_MATPLOTLIB, RECORDED, bench_cli, crafted_run, said, tree_sweep_run, write_json
 from tests.server_browser import Chromium, find_chromium
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from buun_tool import bench
-from buun_tool.errors import BuunError
+from buun_tool.base.errors import BuunError
+from buun_tool.measure import bench
 from buun_tool.server.health import Probe
 from tests.bench_files import bench_cli, said
 from tests.hostile_server import Answer, forever, good, serve, status, stream, trickled_head, with_timings

@@ -10,9 +10,10 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import build, patches, paths, vendor
+from buun_tool.base import nvidia, paths
+from buun_tool.base.errors import Exit, NotReadyError, UsageError
 from buun_tool.cli.app import app
-from buun_tool.errors import Exit, NotReadyError, UsageError
+from buun_tool.pipeline import build, patches, vendor
 from tests.fake_llama import FakeProject, commit_change, run
 from tests.lock_holder import env, release, stderr_until
 
@@ -50,15 +51,15 @@ def test_cuda_plan_has_the_forks_flags_and_the_given_arch(monkeypatch: pytest.Mo
 
 def test_cuda_arch_comes_from_the_gpu_never_native(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(build, "find_nvcc", lambda: "/usr/local/cuda/bin/nvcc")
-    monkeypatch.setattr(build, "detect_gpus", lambda: [build.Gpu("NVIDIA GeForce RTX 3090", "8.6", 24576, "580")])
+    monkeypatch.setattr(nvidia, "detect_gpus", lambda: [nvidia.Gpu("NVIDIA GeForce RTX 3090", "8.6", 24576, "580")])
     assert "-DCMAKE_CUDA_ARCHITECTURES=86" in build.plan(ui="none").cmake_args  # picked without --cuda
-    monkeypatch.setattr(build, "detect_gpus", lambda: [])
+    monkeypatch.setattr(nvidia, "detect_gpus", lambda: [])
     with pytest.raises(UsageError, match="--cuda-arch"):
         build.plan(cuda=True, ui="none")
 
 
 def test_cpu_plan_and_bad_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(build, "detect_gpus", lambda: [])
+    monkeypatch.setattr(nvidia, "detect_gpus", lambda: [])
     p = build.plan(ui="build")
     assert p.variant == "cpu" and "-DGGML_CUDA=OFF" in p.cmake_args and "-DLLAMA_BUILD_UI=ON" in p.cmake_args
     assert not any("CUDA_ARCHITECTURES" in a for a in p.cmake_args)
@@ -143,7 +144,8 @@ def test_two_upstream_builds_export_the_pin_one_after_the_other(fake_project: Fa
     _two_patch_series(fake_project)
     dest = paths.build_dir("upstream-src")
     holder = holders("build:upstream-src")  # the same lock file: an upstream build exporting the pin
-    proc = subprocess.Popen([sys.executable, "-c", "from buun_tool import build; print(build.upstream_source())"],
+    code = "from buun_tool.pipeline import build; print(build.upstream_source())"
+    proc = subprocess.Popen([sys.executable, "-c", code],
                             env=env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         seen = stderr_until(proc, "...")

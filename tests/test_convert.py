@@ -20,10 +20,12 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import build, convert, drafter, paths, pull, recipes, vendor
+from buun_tool.base import paths
+from buun_tool.base.errors import BuunError, CommandError, Exit, NotReadyError, UsageError
 from buun_tool.cli.app import app
-from buun_tool.errors import BuunError, CommandError, Exit, NotReadyError, UsageError
-from buun_tool.gguf_tools import GgufFile
+from buun_tool.formats import recipes
+from buun_tool.formats.gguf_tools import GgufFile
+from buun_tool.pipeline import build, convert, drafter, pull, vendor
 from tests.hub_server import FakeHub
 from tests.llama_proc import llama_server
 from tests.lock_holder import buun, env, finish, release, stderr_until
@@ -695,7 +697,7 @@ class TestConvert:
         buun's llama-quantize is now that build's, while the GGUF's provenance names the CPU one.
         The setup plan and `buun convert` both say the conversion is stale, for the same reason;
         once `buun convert` has re-quantized, both say it is current."""
-        from buun_tool import setup
+        from buun_tool.app import setup
 
         stamp = build.read_stamp("cpu")
         assert stamp is not None
@@ -798,7 +800,8 @@ def test_a_convert_waits_for_the_converter_environment_being_made(converter_pyth
     env_dir = tmp_path / "cache" / made.name
     monkeypatch.setenv("BUUN_CACHE_DIR", str(env_dir.parent))
     holder = holders(f"converter-env:{env_dir}")  # a convert of another folder, making it
-    proc = subprocess.Popen([sys.executable, "-c", "from buun_tool import convert; print(convert.converter_python())"],
+    code = "from buun_tool.pipeline import convert; print(convert.converter_python())"
+    proc = subprocess.Popen([sys.executable, "-c", code],
                             env=env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         seen = stderr_until(proc, "...")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import build, vendor
 from buun_tool.cli.app import app
+from buun_tool.pipeline import build, vendor
 from tests.fake_gpus import write_nvidia_smi
 
 
@@ -68,7 +68,9 @@ def test_a_stale_build_is_not_ok(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_setup_checks_the_cards_with_one_nvidia_smi_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """setup's doctor stage reads the cards once, for doctor's GPU lines and its GPU-memory check
     alike: it ran nvidia-smi's query a second time for the memory check."""
-    from buun_tool import doctor, recipes, setup
+    from buun_tool.app import setup
+    from buun_tool.formats import recipes
+    from buun_tool.pipeline import doctor
 
     smi = write_nvidia_smi(tmp_path / "bin", [("NVIDIA H200", "9.0", 143771)])
     calls = tmp_path / "calls"

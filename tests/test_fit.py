@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import build, fit, recipes
+from buun_tool.base.errors import UsageError
 from buun_tool.cli.app import app
-from buun_tool.errors import UsageError
+from buun_tool.formats import recipes
+from buun_tool.measure import fit_measure
+from buun_tool.pipeline import build
+from buun_tool.plan import context, fit
 
 MIB = 2**20
 CALIBRATION_AR = fit.FitFlags(ctx=6048, draft_max=0, batch=2048, ubatch=512)
@@ -257,13 +260,13 @@ class TestContext:
 
 class TestLogParsing:
     def test_sections_by_model_with_the_last_compute_reserve(self) -> None:
-        target, drafter = fit.parse_buffers(CUDA_LOG)
+        target, drafter = fit_measure.parse_buffers(CUDA_LOG)
         assert target["model"] == {"CPU_Mapped": 682.03, "CUDA0": 15078.94}
         assert target["RS"] == {"CUDA0": 2394.0} and target["compute"]["CUDA0"] == 70.5
         assert drafter["compute"] == {"CUDA0": 123.45} and drafter["KV"] == {"CUDA0": 120.0}
 
     def test_gpu_components_leave_host_buffers_out(self) -> None:
-        got = fit._component_mib(fit.parse_buffers(CUDA_LOG), gpu=True)
+        got = fit_measure._component_mib(fit_measure.parse_buffers(CUDA_LOG), gpu=True)
         assert got["target_weights"] == 15078.94 and got["target_compute"] == 70.5
         assert got["drafter_compute"] == 123.45 and got["recurrent"] == 2394.0
 
@@ -360,7 +363,7 @@ class TestMeasured:
     ], ids=["dflash", "dflash-q8-np2", "ar", "dflash-tree22", "dflash-np4"])
     def test_prediction_matches_the_buffers(self, recipe, flags: fit.FitFlags, tiny_pair, llama_bin,
                                             tmp_path: Path) -> None:
-        m = fit.measure(recipe, flags, tiny_pair[0].parent, tmp_path, scale="tiny")
+        m = fit_measure.measure(recipe, flags, tiny_pair[0].parent, tmp_path, scale="tiny")
         weights = fit.weights_from_plan(recipe, "tiny", "q4_k_m", "q4_k")
         p = fit.predict(recipe, m.flags, scale="tiny", weights=weights, cuda=False)
         assert set(m.components) == {c.key for c in p.components}
@@ -433,26 +436,26 @@ def test_without_nvcc_setup_plans_a_cpu_build_and_buuns_default_context(
 
 
 def test_the_context_choice_says_why(tmp_path: Path) -> None:
-    from buun_tool.build import Gpu
+    from buun_tool.base.nvidia import Gpu
 
     r = recipes.load()
     models = tmp_path / "models"  # nothing pulled: the weights of the recipe's geometry
     card = [Gpu("NVIDIA GeForce RTX 3090", "8.6", 24576, "580")]
-    chosen = fit.choose_context(r, r.server_flags, False, models, card)
+    chosen = context.choose_context(r, r.server_flags, False, models, card)
     assert chosen.value == fit.max_context(r, fit.flags_from_recipe(r), 24.0, fit.MARGIN_GIB,
                                            weights=fit.default_weights(r, models))
     assert chosen.why == "the largest that fits the NVIDIA GeForce RTX 3090 (24.0 GiB), from `buun fit`"
-    assert fit.choose_context(r, {"-c": "fit"}, False, models, []).why == "no GPU found to fit: buun's default"
-    assert fit.choose_context(r, {"-c": "512"}, True, models, card) == fit.ContextChoice(512,
+    assert context.choose_context(r, {"-c": "fit"}, False, models, []).why == "no GPU found to fit: buun's default"
+    assert context.choose_context(r, {"-c": "512"}, True, models, card) == context.ContextChoice(512,
                                                                                        "set on the command line")
-    assert fit.choose_context(r, {"-c": 4096}, False, models, card).why == f"pinned by the recipe ({r.source.name})"
-    small = fit.choose_context(r, {"-c": "fit"}, False, models, [Gpu("tiny", "8.6", 4096, "580")])
+    assert context.choose_context(r, {"-c": 4096}, False, models, card).why == f"pinned by the recipe ({r.source.name})"
+    small = context.choose_context(r, {"-c": "fit"}, False, models, [Gpu("tiny", "8.6", 4096, "580")])
     assert small.value == 6048 and "no context fits the tiny (4.0 GiB)" in small.why
 
 
 def test_fit_weighs_the_models_in_the_folder_it_is_given(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
     """The pulled and converted GGUFs in --models-dir, else (an empty folder) the recipe's geometry."""
-    from buun_tool import pull
+    from buun_tool.pipeline import pull
 
     models = tmp_path / "models"
     lay = pull.layout(recipes.load(), models)
@@ -472,7 +475,7 @@ def test_fit_weighs_the_models_in_the_folder_it_is_given(tiny_pair: tuple[Path, 
 def test_fit_refuses_a_damaged_gguf_by_name(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
     """A target cut short (or with a header no writer makes) is a usage error naming the file and
     what to do, read by buun's own reader: gguf-py's raised a bare ValueError (a traceback)."""
-    from buun_tool import pull
+    from buun_tool.pipeline import pull
 
     models = tmp_path / "models"
     lay = pull.layout(recipes.load(), models)

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import gguf_tools
+from buun_tool.base.errors import Exit, UsageError
 from buun_tool.cli.app import app
-from buun_tool.errors import Exit, UsageError
+from buun_tool.formats import gguf_tools
 from tests.llama_proc import llama_server
 from tests.tiny_models import TinyModels
 

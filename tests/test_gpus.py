@@ -14,10 +14,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from buun_tool import bench_configs, build, doctor, fit, paths, recipes, split
+from buun_tool.base import command, nvidia, paths
+from buun_tool.base.errors import UsageError
 from buun_tool.cli.app import app
-from buun_tool.errors import UsageError
-from buun_tool.server import command, devices, gpu, spec
+from buun_tool.formats import recipes
+from buun_tool.measure import bench_configs
+from buun_tool.pipeline import build, doctor
+from buun_tool.plan import devices, fit, split
+from buun_tool.server import spec
 from tests.fake_gpus import RTX_3090, fake_build, write_nvidia_smi
 
 GIVEN = {"models_dir": Path("/m"), "model": Path("/m/t.gguf"), "draft": Path("/m/d.gguf")}
@@ -348,7 +352,7 @@ class TestFitCommand:
 
 class TestHost:
     def test_nvidia_smi_lists_every_card_by_index(self, two_cards: Path) -> None:
-        found = build.detect_gpus()
+        found = nvidia.detect_gpus()
         assert [(g.index, g.name, g.arch) for g in found] == [(0, RTX_3090[0], "86"), (1, "NVIDIA GeForce RTX 4090",
                                                                                        "89")]
 
@@ -375,7 +379,7 @@ class TestHost:
                        'echo \'Field "compute_cap" is not a valid field to query.\' >&2; exit 2\n')
         smi.chmod(0o755)
         monkeypatch.setenv("PATH", f"{smi.parent}:{__import__('os').environ['PATH']}")
-        assert build.detect_gpus() == []
+        assert nvidia.detect_gpus() == []
         (check,) = doctor.check_gpu(cpu_only=True)
         assert check.status == "warn" and "lists 1 GPU(s) but does not report their compute capability" in check.detail
         assert "update the NVIDIA driver" in check.fix
@@ -420,13 +424,13 @@ class TestHost:
         one, _ = spec.resolve(None, **GIVEN, gpus=(1,))
         assert one.placement and devices.describe(one.placement) == \
             "GPU1 (NVIDIA GeForce RTX 4090) (CUDA_VISIBLE_DEVICES=1)"
-        mem = gpu.memory_for(4242)
+        mem = nvidia.memory_for(4242)
         assert mem and mem["server_by_gpu"] == {"0": 500, "1": 500} and mem["server_mib"] == 1000
 
     def test_one_card_holds_the_servers_memory(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         write_nvidia_smi(tmp_path / "smi", [RTX_3090])
         monkeypatch.setenv("PATH", f"{tmp_path / 'smi'}{os.pathsep}{os.environ['PATH']}")
-        mem = gpu.memory_for(4242)
+        mem = nvidia.memory_for(4242)
         assert mem and mem["server_by_gpu"] == {"0": 500} and mem["server_mib"] == 500
 
 
@@ -451,14 +455,14 @@ def test_the_cpu_build_takes_the_split_flags(llama_bin: Path, tiny_pair: tuple[P
 
 
 def test_status_prints_the_cards_and_each_ones_memory(two_cards: Path) -> None:
-    from buun_tool import console
+    from buun_tool.base import console
     from buun_tool.cli import server as server_cli
     from buun_tool.server import control
     from buun_tool.server.state import State
 
     s, _ = spec.resolve(None, **GIVEN, gpus=(0, 1))
     st = control.InstanceStatus("qwen", State.READY, True, placement=s.placement,
-                                probes=control.Probes("ok", None, None, gpu.memory_for(4242)))
+                                probes=control.Probes("ok", None, None, nvidia.memory_for(4242)))
     with console.out.capture() as cap:
         server_cli._print_status(st)
     out = flat(cap.get())

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from buun_tool.errors import INTERRUPTED
+from buun_tool.base.errors import INTERRUPTED
 from tests.tiny_models import write_recipe
 
 ROOT = Path(__file__).resolve().parent.parent

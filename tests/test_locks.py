@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from buun_tool import build, patches, paths, pull, recipes, vendor
-from buun_tool.errors import INTERRUPTED, Exit
+from buun_tool.base import paths
+from buun_tool.base.errors import INTERRUPTED, Exit
+from buun_tool.formats import recipes
+from buun_tool.pipeline import build, patches, pull, vendor
 from tests.fake_llama import FakeProject, commit_change, hold_git_am, wait_for_file
 from tests.hub_server import FakeHub
 from tests.lock_holder import buun, env, finish, release, stderr_until

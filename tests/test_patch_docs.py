@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from buun_tool import patches
+from buun_tool.pipeline import patches
 
 ROOT = Path(__file__).resolve().parent.parent
 LABELS = ("What", "Why", "Switch", "Guarded by", "Drop when")

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import patches, vendor
+from buun_tool.base.errors import BuunError, Exit
 from buun_tool.cli.app import app
-from buun_tool.errors import BuunError, Exit
+from buun_tool.pipeline import patches, vendor
 from tests.fake_llama import FakeProject, commit_change, hold_git_am, run, wait_for_file
 from tests.lock_holder import env
 
@@ -127,7 +127,7 @@ def test_cli_status_and_apply(series: FakeProject) -> None:
 def test_doctor_sums_the_series_up_in_one_line(series: FakeProject) -> None:
     """Doctor listed every patch's number and state (`0001:applied, 0002:applied, ...`: 48 of them for
     buun's series); it gives the count, and the numbers of those not applied by state."""
-    from buun_tool import doctor
+    from buun_tool.pipeline import doctor
 
     def line() -> str:
         return next(c.detail for c in doctor.check_llama_state() if c.name == "patches")

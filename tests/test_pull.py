@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import paths, pull, recipes
+from buun_tool.base import paths
+from buun_tool.base.errors import BuunError, Exit
 from buun_tool.cli.app import app
-from buun_tool.errors import BuunError, Exit
+from buun_tool.formats import recipes
+from buun_tool.pipeline import pull
 from tests.hub_server import Cut, FakeHub
 from tests.tiny_models import write_recipe
 

@@ -15,9 +15,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from buun_tool import paths, recipes
+from buun_tool.base import paths
+from buun_tool.base.errors import Exit, UsageError
 from buun_tool.cli.app import app
-from buun_tool.errors import Exit, UsageError
+from buun_tool.formats import recipes
 
 
 def _shipped_text() -> str:
@@ -462,7 +463,7 @@ def test_keys_merged_from_an_anchor_may_be_overridden(tmp_path: Path):
 
 
 def test_a_pin_file_with_a_key_given_twice_is_refused(tmp_path: Path):
-    from buun_tool import vendor
+    from buun_tool.pipeline import vendor
 
     pin = tmp_path / "pin.yaml"
     text = paths.pin_file().read_text()

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from buun_tool.errors import NotReadyError, UsageError
-from buun_tool.server import rpc, worker
+from buun_tool.base.errors import NotReadyError, UsageError
+from buun_tool.server import addresses, rpc, worker
+from buun_tool.server.addresses import Endpoint
 from buun_tool.server.process import free_port
-from buun_tool.server.rpc import Device, Endpoint
+from buun_tool.server.rpc import Device
 from tests.server_helpers import run_buun as buun
 
 
@@ -24,19 +25,20 @@ def flat(text: str) -> str:
 
 class TestEndpoints:
     def test_parse_in_order(self) -> None:
-        assert rpc.parse("10.0.0.5:50052, worker-2:50053") == [Endpoint("10.0.0.5", 50052), Endpoint("worker-2", 50053)]
-        assert rpc.join(rpc.parse("a:1,b:2")) == "a:1,b:2"
+        assert addresses.parse("10.0.0.5:50052, worker-2:50053") == [Endpoint("10.0.0.5", 50052),
+                                                                     Endpoint("worker-2", 50053)]
+        assert addresses.join(addresses.parse("a:1,b:2")) == "a:1,b:2"
 
     @pytest.mark.parametrize("text", ["10.0.0.5", "10.0.0.5:", ":50052", "host:port", "a:0", "a:70000",
                                       "[::1]:50052", "::1:50052", "a:1,,b:2"])
     def test_bad_ones_say_what_is_expected(self, text: str) -> None:
         with pytest.raises(UsageError, match="--rpc") as e:
-            rpc.parse(text)
+            addresses.parse(text)
         assert "HOST:PORT" in (e.value.hint or "")
 
     def test_a_worker_named_twice(self) -> None:
         with pytest.raises(UsageError, match="names 127.0.0.1:1 twice"):
-            rpc.parse("127.0.0.1:1,127.0.0.1:1")
+            addresses.parse("127.0.0.1:1,127.0.0.1:1")
 
     @pytest.mark.parametrize(("text", "said"), [("a:1,A:1", "names a:1 twice (again as A:1)"),
                                                 ("Worker-2:50052, b:2, worker-2:050052",
@@ -47,9 +49,9 @@ class TestEndpoints:
         """A host in another case, an address in another form: the same worker, which llama-server
         would connect to twice (it dropped only an exact repeat)."""
         with pytest.raises(UsageError) as e:
-            rpc.parse(text)
+            addresses.parse(text)
         assert said in e.value.message and e.value.hint == "name each worker once"
-        assert rpc.parse("a:1,a:2,b:1") == [Endpoint("a", 1), Endpoint("a", 2), Endpoint("b", 1)]
+        assert addresses.parse("a:1,a:2,b:1") == [Endpoint("a", 1), Endpoint("a", 2), Endpoint("b", 1)]
 
 
 class TestBindRules:
@@ -122,13 +124,13 @@ class TestPlacement:
                         "echo '  CUDA0: NVIDIA H100 80GB HBM3 (81079 MiB, 80552 MiB free)'\n"
                         "echo '  RPC0: 127.0.0.1:50052 (128887 MiB, 128887 MiB free)'\n")
         fake.chmod(0o755)
-        devices = rpc.list_devices(str(fake), rpc.parse("127.0.0.1:50052"))
+        devices = rpc.list_devices(str(fake), addresses.parse("127.0.0.1:50052"))
         assert devices == [Device("RPC0", "127.0.0.1:50052"), Device("CUDA0", "local")]
         assert rpc.place(devices, []).draft_device == "CUDA0"
 
     def test_print_cmd_takes_one_device_per_worker(self) -> None:
-        assert [d.name for d in rpc.assumed_devices(rpc.parse("a:1,b:2,c:3"))] == ["RPC0", "RPC1", "RPC2"]
-        assert [d.name for d in rpc.assumed_devices(rpc.parse("a:1"), 1)] == ["RPC0", "CUDA0"]
+        assert [d.name for d in rpc.assumed_devices(addresses.parse("a:1,b:2,c:3"))] == ["RPC0", "RPC1", "RPC2"]
+        assert [d.name for d in rpc.assumed_devices(addresses.parse("a:1"), 1)] == ["RPC0", "CUDA0"]
 
 
 class TestReachable:
@@ -144,10 +146,10 @@ class TestReachable:
         """localhost and 127.0.0.1 (as a launch resolves them) before any probe."""
         port = free_port()
         with pytest.raises(UsageError) as e:
-            rpc.check_reachable(rpc.parse(f"localhost:{port},127.0.0.1:{port}"))
+            rpc.check_reachable(addresses.parse(f"localhost:{port},127.0.0.1:{port}"))
         assert f"localhost:{port} and 127.0.0.1:{port} are one worker (127.0.0.1:{port})" in e.value.message
         with pytest.raises(NotReadyError):  # other ports: two workers, neither there
-            rpc.check_reachable(rpc.parse(f"localhost:{port},127.0.0.1:{free_port()}"))
+            rpc.check_reachable(addresses.parse(f"localhost:{port},127.0.0.1:{free_port()}"))
 
     def test_the_error_names_each_worker_and_the_next_step(self) -> None:
         port = free_port()
@@ -156,7 +158,8 @@ class TestReachable:
         assert f"worker 127.0.0.1:{port} is not reachable (nothing listens there)" in e.value.message
         hint = e.value.hint or ""
         assert f"buun worker start --port {port}" in hint and f"ssh -N -L {port}:127.0.0.1:{port}" in hint
-        assert "buun worker start --port 50052 --host 10.0.0.5` on that machine" in rpc.next_step("10.0.0.5:50052")
+        step = addresses.next_step("10.0.0.5:50052")
+        assert "buun worker start --port 50052 --host 10.0.0.5` on that machine" in step
 
 
 class TestDiagnosis:
@@ -250,14 +253,14 @@ class TestCommand:
         with hostile_server.serve(hostile_server.good()) as url:
             web = url.removeprefix("http://")
             with pytest.raises(NotReadyError) as e:
-                rpc.list_devices(binary, rpc.parse(web))
+                rpc.list_devices(binary, addresses.parse(web))
         assert f"{web} answers, but not as ggml-rpc-server does" in e.value.message, e.value.message
         assert "another program holds the port" in (e.value.hint or "") and "at a time" not in (e.value.hint or "")
         with socket.socket() as busy:
             busy.bind(("127.0.0.1", 0))
             busy.listen(1)  # never accepts: what waits is queued, as at a worker serving another server
             with pytest.raises(NotReadyError) as e:
-                rpc.list_devices(binary, rpc.parse(f"127.0.0.1:{busy.getsockname()[1]}"))
+                rpc.list_devices(binary, addresses.parse(f"127.0.0.1:{busy.getsockname()[1]}"))
         assert "could not list the devices" in e.value.message and "one llama-server at a time" in (e.value.hint or "")
 
     def test_bench_asks_the_workers_before_anything(self, fake_bin: Path, tmp_path: Path) -> None:

@@ -13,11 +13,12 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import cmdline, paths, recipes
+from buun_tool.base import cmdline, command, paths
+from buun_tool.base.command import canonical, merge, parse_args, recipe_flags
+from buun_tool.base.errors import NotReadyError, UsageError
 from buun_tool.cli.app import app
-from buun_tool.errors import NotReadyError, UsageError
-from buun_tool.server import command, spec
-from buun_tool.server.command import canonical, merge, parse_args, recipe_flags
+from buun_tool.formats import recipes
+from buun_tool.server import spec
 
 
 class TestCanonical:
@@ -207,7 +208,8 @@ class TestPolicy:
 
 
 def test_default_models_says_what_to_run() -> None:
-    from buun_tool import pull, recipes
+    from buun_tool.formats import recipes
+    from buun_tool.pipeline import pull
 
     recipe = recipes.load()
     with pytest.raises(NotReadyError) as exc:
@@ -302,7 +304,7 @@ class TestPrintCmd:
 
     def test_print_cmd_before_the_models_are_made(self, fake_bin: Path) -> None:
         """The command with the paths the models will have, and a word that they are not there yet."""
-        from buun_tool import recipes
+        from buun_tool.formats import recipes
 
         target, draft = spec.default_paths(recipes.load(), paths.models_dir())
         r = CliRunner().invoke(app, ["serve", "--print-cmd"])
@@ -331,7 +333,7 @@ class TestPrintCmd:
         """A recipe given as a file: the hints said `buun pull NAME` with the name inside the file,
         which `buun pull` does not know, or knows as another recipe (this copy keeps the shipped
         one's name). They name the path the user gave; a shipped recipe is named by its name."""
-        from buun_tool import recipes
+        from buun_tool.formats import recipes
 
         own = tmp_path / "my recipe.yaml"
         own.write_text(recipes.load().source.read_text())
@@ -405,7 +407,7 @@ def _user_recipe(name: str, flags: dict[str, object], tree: dict[str, int] | Non
     (and server.tree and server.slots settings)."""
     import yaml
 
-    from buun_tool import recipes
+    from buun_tool.formats import recipes
 
     data = yaml.safe_load(recipes.load().source.read_text())
     data.update(name=name, **top)

@@ -93,7 +93,7 @@ def test_start_chat_crash_restart_stop(buun: Buun) -> None:
 def test_a_stale_build_serves_with_a_warning(buun: Buun, llama_bin: Path, tmp_path: Path) -> None:
     """A build the patched source moved past (what `buun doctor` calls stale) still serves, with one
     line saying so and what rebuilds it; it started without a word. A current build says nothing."""
-    from buun_tool import build
+    from buun_tool.pipeline import build
 
     builds = tmp_path / "build"
     (builds / "cpu" / "bin").mkdir(parents=True)
@@ -177,7 +177,7 @@ def test_unknown_flag_is_named(buun: Buun) -> None:
 
 def test_recipe_flag_unknown_to_the_build_points_to_the_patch(buun: Buun, isolated_dirs: Path) -> None:
     # a user recipe (config dir) with a flag this llama-server lacks, as an unpatched build lacks -cd
-    from buun_tool import recipes
+    from buun_tool.formats import recipes
 
     text = recipes.available()["qwen3.5-27b-dflash"].read_text()
     assert "    --jinja: true\n" in text
@@ -390,7 +390,7 @@ def test_api_key_is_required_and_never_stored(buun: Buun, isolated_dirs: Path, g
     if given_in == "command line":
         buun.start("secure", port, "--api-key", key, extra=TEST_FLAGS)
     else:
-        from buun_tool import recipes
+        from buun_tool.formats import recipes
 
         text = recipes.available()["qwen3.5-27b-dflash"].read_text()
         user = isolated_dirs / "config" / "recipes" / "keyed.yaml"

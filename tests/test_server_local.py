@@ -12,8 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from buun_tool.errors import BuunError, Exit
-from buun_tool.server import command, loglines, process
+from buun_tool.base import command
+from buun_tool.base.errors import BuunError, Exit
+from buun_tool.server import loglines, process
 from buun_tool.server.local import LocalServer
 
 # Answers /health once "loaded"; `crash` prints what a missing GGUF prints, `bad-flag` what an

@@ -17,8 +17,9 @@ from typing import Any
 import psutil
 import pytest
 
-from buun_tool.errors import Exit
-from buun_tool.server import gpu, logfile, loglines, metrics, process
+from buun_tool.base import nvidia
+from buun_tool.base.errors import Exit
+from buun_tool.server import logfile, loglines, metrics, process
 from buun_tool.server.health import Health, Probe
 from buun_tool.server.instance import Instance, live, ref_of
 from buun_tool.server.state import TRANSITIONS, ProcRef, Record, State
@@ -304,14 +305,14 @@ class TestLogFile:
             "srv  warn: unsupported Responses tool type '\\x1b[2J\\x1b]0;owned\\x07\\x08\\x08fake line\\x9b1m' skipped"]
         assert not any(c in out for c in "\x1b\x07\x08\x9b")
         # an error or warning that quotes such a line (a crash's last lines) is shown the same way
-        from buun_tool import console
+        from buun_tool.base import console
         assert console.labelled("error:", "bold red", "died:\n  \x1b]0;owned\x07").plain == \
             "error: died:\n  \\x1b]0;owned\\x07"
 
     def test_status_shows_what_the_server_said_without_its_control_characters(self) -> None:
         """`buun status` quotes the server: its /health answer, a crash's message. Those are the
         server's words (a remote one's with --host), shown as text like the log."""
-        from buun_tool import console
+        from buun_tool.base import console
         from buun_tool.cli import server as server_cli
         from buun_tool.server import control
 
@@ -327,7 +328,7 @@ class TestLogFile:
     def test_a_workers_uptime_past_a_day_reads_in_days_as_a_servers_does(self) -> None:
         """Servers' and workers' `status` lines are one printer's (cli/options.py): a worker up for
         26 hours said "26h00m", a server "1d02h"."""
-        from buun_tool import console
+        from buun_tool.base import console
         from buun_tool.cli import server as server_cli
         from buun_tool.cli import worker as worker_cli
         from buun_tool.server import control
@@ -341,8 +342,8 @@ class TestLogFile:
 
 
 def test_gpu_parsing() -> None:
-    assert gpu.parse_apps("1234, 20100\n99, 10\nbad\n1234, 5\n") == {1234: 20105, 99: 10}
-    assert gpu.parse_gpus("0, 21000, 24576\n") == [{"index": 0, "used_mib": 21000, "total_mib": 24576}]
+    assert nvidia.parse_apps("1234, 20100\n99, 10\nbad\n1234, 5\n") == {1234: 20105, 99: 10}
+    assert nvidia.parse_gpus("0, 21000, 24576\n") == [{"index": 0, "used_mib": 21000, "total_mib": 24576}]
 
 
 class TestState:
@@ -372,7 +373,7 @@ class TestInstance:
     def test_state_spec_and_logs_are_private_whatever_the_umask(self, umask: int) -> None:
         """Folders 0700 and files 0600 (lock, state, spec, logs, a rotated log), also where an earlier
         version left them wider."""
-        from buun_tool import paths
+        from buun_tool.base import paths
 
         old_dir = paths.instances_dir() / "one"
         old_dir.mkdir(parents=True, mode=0o755)
@@ -400,7 +401,7 @@ class TestInstance:
             assert oct(f.stat().st_mode & 0o777) == oct(0o600), f
 
     def test_bad_names(self) -> None:
-        from buun_tool.errors import UsageError
+        from buun_tool.base.errors import UsageError
 
         for bad in ("", "../x", "a b", "-x"):
             with pytest.raises(UsageError):

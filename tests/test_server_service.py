@@ -174,7 +174,8 @@ def test_the_unit_serves_the_recipe_models_from_the_folder_resolved_at_install(
         unit_env: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without --model/--draft the unit runs the recipe's models from the folder this command
     resolved (option or BUUN_MODELS_DIR), not whatever its environment says later."""
-    from buun_tool import convert, pull, recipes
+    from buun_tool.formats import recipes
+    from buun_tool.pipeline import convert, pull
 
     models = tmp_path / "models"
     lay = pull.layout(recipes.load(), models)
@@ -253,7 +254,8 @@ def test_a_folder_a_unit_cannot_name_is_refused(tmp_path: Path) -> None:
     to write the unit rather than write a second directive."""
     root = tmp_path / "src\nExecStartPre=x"
     shutil.copytree(ROOT / "buun_tool", root / "buun_tool", ignore=shutil.ignore_patterns("__pycache__"))
-    code = ("from pathlib import Path; from buun_tool.server import service; from buun_tool.errors import BuunError\n"
+    code = ("from pathlib import Path; from buun_tool.server import service\n"
+            "from buun_tool.base.errors import BuunError\n"
             "try: service.render('x', Path('/s'), 10, {})\n"
             "except BuunError as e: print(e.message)")
     r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(root)}, cwd=tmp_path,
@@ -305,7 +307,7 @@ def test_a_recipes_api_key_is_refused_not_dropped(unit_env: dict, tmp_path: Path
     passed the exposure check) and the unit then served without it, or failed at every start."""
     import yaml
 
-    from buun_tool import recipes
+    from buun_tool.formats import recipes
     data = yaml.safe_load(recipes.load().source.read_text())
     data["server"]["flags"]["--api-key"] = "sekrit"
     keyed = tmp_path / "keyed.yaml"

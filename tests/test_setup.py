@@ -22,7 +22,9 @@ import pytest
 import requests
 import yaml
 
-from buun_tool import build, paths, pull, recipes
+from buun_tool.base import paths
+from buun_tool.formats import recipes
+from buun_tool.pipeline import build, pull
 from buun_tool.server import control
 from buun_tool.server.instance import Instance, all_instances
 from buun_tool.server.process import free_port
@@ -62,7 +64,7 @@ def skipped(proc: subprocess.CompletedProcess[str], stage: str) -> bool:
 
 def assert_every_stage_has_a_result_line(stderr: str) -> None:
     """A skipped stage says so; one that ran prints an `ok` line before the next stage starts."""
-    from buun_tool.setup import STAGES
+    from buun_tool.app.setup import STAGES
 
     headers = {f"==> {s.name}: {s.what}": s.name for s in STAGES}  # pull's own `==> drafter: ...` is no stage
     headers["==> smoke test:"] = "smoke test"
@@ -232,7 +234,8 @@ def test_dry_run_shows_what_would_really_run(setup_env: tuple[Path, int]) -> Non
 def test_the_patch_stage_prints_its_result(fake_project, capsys: pytest.CaptureFixture[str]) -> None:
     from dataclasses import replace
 
-    from buun_tool import patches, setup, vendor
+    from buun_tool.app import setup
+    from buun_tool.pipeline import patches, vendor
     from tests.fake_llama import commit_change
 
     vendor.vendor()

@@ -14,9 +14,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from buun_tool import recipes, synth
+from buun_tool.base.errors import UsageError
 from buun_tool.cli.app import app
-from buun_tool.errors import UsageError
+from buun_tool.formats import model_plan, recipes
+from buun_tool.measure import synth
 from tests.tiny_models import TinyModels
 
 
@@ -50,7 +51,7 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[recipes.Recipe, ggu
 class TestFiles:
     def test_tensors_match_the_plan_exactly(self, small) -> None:
         r, target, drafter = small
-        plan = synth.plan_pair(r, "tiny")
+        plan = model_plan.plan_pair(r, "tiny")
         for reader, model in zip((target, drafter), (plan.target, plan.drafter), strict=True):
             got = [(t.name, tuple(int(x) for x in t.shape), int(t.tensor_type)) for t in reader.tensors]
             want = [(t.name, t.ne, int(t.qtype)) for t in model.tensors]
@@ -81,7 +82,7 @@ class TestFiles:
 
     def test_real_qwen_special_ids_in_the_recipe_vocabulary(self) -> None:
         geo = recipes.load().geometry_at("tiny")
-        v = synth.build_vocab(geo.target.vocab_size, geo.target.eos_token_id, geo.drafter.mask_token_id)
+        v = model_plan.build_vocab(geo.target.vocab_size, geo.target.eos_token_id, geo.drafter.mask_token_id)
         assert (v.tokens[248044], v.tokens[248045], v.tokens[248046], v.tokens[248070]) == (
             "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>")
         assert len(v.tokens) == len(set(v.tokens)) == 248320
@@ -149,8 +150,8 @@ class TestWritePair:
 
 class TestGeometry:
     def test_changing_the_recipe_changes_the_shapes(self, tmp_path: Path) -> None:
-        base = synth.plan_pair(recipes.load(), "tiny")
-        variant = synth.plan_pair(_recipe_variant(tmp_path, intermediate_size=768, num_hidden_layers=12), "tiny")
+        base = model_plan.plan_pair(recipes.load(), "tiny")
+        variant = model_plan.plan_pair(_recipe_variant(tmp_path, intermediate_size=768, num_hidden_layers=12), "tiny")
         shapes = {t.name: t.ne for t in variant.target.tensors}
         assert shapes["blk.0.ffn_up.weight"] == (256, 768)
         assert "blk.11.ffn_up.weight" in shapes and "blk.11.ffn_up.weight" not in {t.name for t in base.target.tensors}
@@ -158,7 +159,7 @@ class TestGeometry:
         assert [n for n in shapes if n.endswith("attn_q.weight")] == [f"blk.{i}.attn_q.weight" for i in (3, 7, 11)]
 
     def test_full_scale_is_the_27b_pair(self) -> None:
-        plan = synth.plan_pair(recipes.load(), "full")
+        plan = model_plan.plan_pair(recipes.load(), "full")
         shapes = {t.name: t.ne for t in plan.target.tensors}
         assert shapes["blk.3.attn_q.weight"] == (5120, 2 * 24 * 256)  # query + output gate
         assert shapes["blk.0.attn_qkv.weight"] == (5120, 2 * 16 * 128 + 48 * 128)
@@ -172,7 +173,7 @@ class TestGeometry:
 
     def test_unknown_type_names_the_valid_ones(self) -> None:
         with pytest.raises(UsageError, match="q4_k_m"):
-            synth.plan_pair(recipes.load(), "tiny", target_type="q3_k")
+            model_plan.plan_pair(recipes.load(), "tiny", target_type="q3_k")
 
 
 class TestCli:
@@ -234,10 +235,10 @@ def test_a_write_past_the_file_size_limit_leaves_no_partial_file(tmp_path: Path)
 def test_is_synthetic_tells_buun_synths_models(tiny_pair: tuple[Path, Path], tiny_models_built: TinyModels,
                                                 tmp_path: Path) -> None:
     """What `buun bench --tree-budget` feigns acceptance for: random weights buun synth wrote."""
-    assert all(synth.is_synthetic(p) for p in tiny_pair)
-    assert not synth.is_synthetic(tiny_models_built.target_gguf)  # converted from a checkpoint, as a real one
+    assert all(model_plan.is_synthetic(p) for p in tiny_pair)
+    assert not model_plan.is_synthetic(tiny_models_built.target_gguf)  # converted from a checkpoint, as a real one
     (tmp_path / "x.gguf").write_bytes(b"GGUF, and then not")
-    assert not synth.is_synthetic(tmp_path / "x.gguf") and not synth.is_synthetic(tmp_path / "missing.gguf")
+    assert not model_plan.is_synthetic(tmp_path / "x.gguf") and not model_plan.is_synthetic(tmp_path / "missing.gguf")
 
 
 @pytest.mark.slow

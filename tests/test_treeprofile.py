@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from buun_tool import treeprofile
+from buun_tool.measure import treeprofile
 
 slow = pytest.mark.slow
 

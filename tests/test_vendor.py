@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from buun_tool import vendor
+from buun_tool.base.errors import BuunError, Exit
 from buun_tool.cli.app import app
-from buun_tool.errors import BuunError, Exit
+from buun_tool.pipeline import vendor
 from tests.fake_llama import FakeProject, run
 
 runner = CliRunner()

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from buun_tool import recipes
+from buun_tool.formats import recipes
 
 # The repos the tests publish the pair under on the fake Hub: the real recipe's names.
 TARGET_REPO, DRAFTER_REPO, TOKENIZER_REPO = "unsloth/Qwen3.5-27B-GGUF", "z-lab/Qwen3.5-27B-DFlash", "Qwen/Qwen3.5-27B"

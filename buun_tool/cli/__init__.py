@@ -1,1 +1,1 @@
-"""The `buun` command line: thin commands over the stage functions in buun_tool."""
+"""The `buun` command line (the top layer): thin commands over the layers below (docs/design.md)."""

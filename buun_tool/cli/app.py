@@ -18,14 +18,8 @@ import typer
 from typer.core import TyperGroup
 
 from buun_tool import __version__
-from buun_tool.console import err, labelled
-from buun_tool.errors import DISK_FULL, PATH_ERRORS, BuunError, disk_full, exit_interrupted, path_error
-
-PIPELINE = "Pipeline (the stages of `buun setup`, in order)"
-SERVER = "Server"
-MEASURE = "Measure"
-TOOLS = "Tools"
-
+from buun_tool.base.console import err, labelled
+from buun_tool.base.errors import DISK_FULL, PATH_ERRORS, BuunError, disk_full, exit_interrupted, path_error
 
 # The order of `buun --help`: the pipeline first, as `buun setup` runs it.
 ORDER = ("setup", "doctor", "vendor", "patch", "build", "pull", "drafter", "convert", "serve", "start", "stop",

@@ -22,12 +22,15 @@ from typing import Annotated, Any
 
 import typer
 
-from buun_tool import build, console, fit, patches, paths, recipes
+from buun_tool.base import console, nvidia, paths
+from buun_tool.base.console import Table
+from buun_tool.base.errors import UsageError
 from buun_tool.cli import fit_split
 from buun_tool.cli.options import JsonOpt, ModelsDirOpt, RecipeArg, ScaleOpt, default_scale
-from buun_tool.console import Table
-from buun_tool.errors import UsageError
-from buun_tool.server import devices
+from buun_tool.formats import recipes
+from buun_tool.measure import fit_measure
+from buun_tool.pipeline import patches
+from buun_tool.plan import devices, fit
 
 # --rollback's values; typer refuses any other by name (the environment's is checked by patches)
 Rollback = Enum("Rollback", {name: name for name in patches.ROLLBACKS}, type=str)
@@ -37,7 +40,7 @@ def _gib(n: float) -> str:
     return f"{n / fit.GIB:.2f}"
 
 
-def _fit_table(pred: fit.Prediction, measured: fit.Measurement | None) -> Table:
+def _fit_table(pred: fit.Prediction, measured: fit_measure.Measurement | None) -> Table:
     """Predicted (and measured) memory by component, in GiB, or MiB for the tiny models."""
     unit, div = ("GiB", fit.GIB) if pred.total > 2 * fit.GIB else ("MiB", fit.MIB)
     table = Table(header_style="bold", box=None, title=pred.flags.describe())
@@ -200,14 +203,14 @@ def _slots_report(r: recipes.Recipe, flags: fit.FitFlags, gpu_gib: float, margin
 
 
 def _measure(r: recipes.Recipe, flags: fit.FitFlags, scale: str | None, models: Path,
-             where: devices.Placement | None = None) -> tuple[fit.Measurement, fit.Prediction]:
+             where: devices.Placement | None = None) -> tuple[fit_measure.Measurement, fit.Prediction]:
     """The real llama-server's buffers, and the prediction for exactly what was loaded (on the
     one card `where` names, if it names one)."""
     s = default_scale(scale)
-    measured = fit.measure(r, flags, paths.synthetic_models_dir(models), paths.state_dir() / "fit", scale=s,
+    measured = fit_measure.measure(r, flags, paths.synthetic_models_dir(models), paths.state_dir() / "fit", scale=s,
                            env=where.env if where else None)
     weights = fit.weights_from_plan(r, s, "q4_k_m", "q4_k")
-    return measured, fit.predict(r, measured.flags, scale=s, weights=weights, cuda=bool(build.detect_gpus()))
+    return measured, fit.predict(r, measured.flags, scale=s, weights=weights, cuda=bool(nvidia.detect_gpus()))
 
 
 def _print_fit(pred: fit.Prediction, report: dict) -> None:
@@ -258,6 +261,6 @@ def _print_slots(pred: fit.Prediction, slots: dict[str, Any]) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    from buun_tool.cli.app import MEASURE
+    from buun_tool.cli.options import MEASURE
 
     app.command("fit", rich_help_panel=MEASURE)(fit_cmd)

@@ -10,10 +10,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from buun_tool import build, console, fit, paths, recipes, split
-from buun_tool.console import Table
-from buun_tool.errors import UsageError
-from buun_tool.server import devices
+from buun_tool.base import console, nvidia, paths
+from buun_tool.base.console import Table
+from buun_tool.base.errors import UsageError
+from buun_tool.formats import recipes
+from buun_tool.measure import fit_measure
+from buun_tool.plan import devices, fit, split
 
 # the columns of the per-card table: (title, component keys)
 _COLUMNS = (("weights", ("target_weights",)), ("KV", ("target_kv",)), ("state", ("recurrent",)),
@@ -29,7 +31,7 @@ def cards(gpu_mem: str | None, gpus: str | None, draft_gpu: int | None, recipe_g
     recipe's server.gpus (24 GiB each where nvidia-smi does not list them), else the first card
     here, else 24 GiB."""
     sizes = _sizes(gpu_mem) if gpu_mem else None
-    found = {g.index: g for g in build.detect_gpus()}
+    found = {g.index: g for g in nvidia.detect_gpus()}
     if gpus or (recipe_gpus and sizes is None):
         chosen = devices.parse_gpus(gpus) if gpus else recipe_gpus
         missing = [i for i in chosen if i not in found]
@@ -124,7 +126,7 @@ def table(s: split.Split) -> Table:
     return t
 
 
-def measured_table(s: split.Split, m: fit.Measurement) -> Table:
+def measured_table(s: split.Split, m: fit_measure.Measurement) -> Table:
     t = Table(header_style="bold", box=None, title="measured: llama.cpp's buffers and nvidia-smi, per card")
     for col in ("card", "device", "predicted GiB", "buffers GiB", "nvidia-smi GiB"):
         t.add_column(col, justify="left" if col in ("card", "device") else "right")
@@ -137,12 +139,12 @@ def measured_table(s: split.Split, m: fit.Measurement) -> Table:
 
 
 def _measure(r: recipes.Recipe, flags: fit.FitFlags, cs: list[split.Card], draft: int | None, margin: float,
-             scale: str, models: Path) -> tuple[fit.Measurement, split.Split]:
+             scale: str, models: Path) -> tuple[fit_measure.Measurement, split.Split]:
     """Load the synthetic pair split over the cards as `buun serve --gpus` would: its env and
     -sm/-ts/-dev/-devd from the plan for the synthetic weights; the plan, for what was loaded."""
     weights = fit.weights_from_plan(r, scale, "q4_k_m", "q4_k")
     plan = split.plan(r, flags, cs, draft, weights, margin, scale)
     where = devices.Placement(tuple(c.index for c in cs), cs[plan.draft.position].index, ())
-    m = fit.measure(r, flags, paths.synthetic_models_dir(models), paths.state_dir() / "fit", scale=scale,
+    m = fit_measure.measure(r, flags, paths.synthetic_models_dir(models), paths.state_dir() / "fit", scale=scale,
                     extra=devices.split_flags(plan), env=where.env)
     return m, split.plan(r, m.flags, cs, draft, weights, margin, scale)

@@ -16,13 +16,15 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
-from buun_tool import build as build_stage
-from buun_tool import console, patches, paths, recipes
-from buun_tool import doctor as doctor_stage
-from buun_tool import vendor as vendor_stage
+from buun_tool.base import console, paths
+from buun_tool.base.console import Table
+from buun_tool.base.errors import Exit, UsageError
 from buun_tool.cli.options import ModelsDirOpt
-from buun_tool.console import Table
-from buun_tool.errors import Exit, UsageError
+from buun_tool.formats import recipes
+from buun_tool.pipeline import build as build_stage
+from buun_tool.pipeline import doctor as doctor_stage
+from buun_tool.pipeline import patches
+from buun_tool.pipeline import vendor as vendor_stage
 
 _STATUS_STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "applied": "green", "pending": "yellow",
                  "stale": "yellow", "conflict": "red"}
@@ -144,7 +146,7 @@ def build(
 
 
 def register(app: typer.Typer) -> None:
-    from buun_tool.cli.app import PIPELINE
+    from buun_tool.cli.options import PIPELINE
 
     app.command(rich_help_panel=PIPELINE)(doctor)
     app.command(rich_help_panel=PIPELINE)(vendor)

@@ -20,10 +20,10 @@ from typing import Annotated, Any
 
 import typer
 
-from buun_tool import paths
+from buun_tool.base import paths
+from buun_tool.base.errors import UsageError
 from buun_tool.cli.options import ModelsDirOpt, RecipeArg, recipe_and_server_flags
-from buun_tool.errors import UsageError
-from buun_tool.server import devices
+from buun_tool.plan import devices
 from buun_tool.server import spec as spec_mod
 
 SUPERVISION = "Supervision"

@@ -26,13 +26,16 @@ from typing import Annotated
 
 import typer
 
-from buun_tool import bench, bench_configs, build, chart, compare, console, gguf_tools, paths, recipes, report, synth
+from buun_tool.base import command, console, paths
+from buun_tool.base.console import Table
+from buun_tool.base.errors import NotReadyError, UsageError
 from buun_tool.cli.launch import DraftGpuOpt, GpusOpt, RpcOpt
 from buun_tool.cli.options import JsonOpt, ModelsDirOpt, RecipeArg, ScaleOpt, default_scale
-from buun_tool.console import Table
-from buun_tool.errors import NotReadyError, UsageError
-from buun_tool.server import command, devices, spec
-from buun_tool.server import rpc as rpc_mod
+from buun_tool.formats import gguf_tools, model_plan, recipes
+from buun_tool.measure import bench, bench_configs, chart, compare, report, synth
+from buun_tool.pipeline import build
+from buun_tool.plan import devices
+from buun_tool.server import addresses, spec
 
 Against = Enum("Against", {"upstream": "upstream"}, type=str)  # bench --against: the builds beside buun's
 
@@ -54,17 +57,17 @@ def synth_cmd(
     models_dir: ModelsDirOpt = None,
     scale: Annotated[str, typer.Option("--scale", help="full (~16.5 GB + 1 GB) or tiny (~100 MB).")] = "full",
     seed: Annotated[int, typer.Option("--seed", help="Same seed, same bytes.")] = 0,
-    target_type: Annotated[str, typer.Option("--target-type", help=f"One of {', '.join(synth.TARGET_TYPES)}.")
+    target_type: Annotated[str, typer.Option("--target-type", help=f"One of {', '.join(model_plan.TARGET_TYPES)}.")
                            ] = "q4_k_m",
-    draft_type: Annotated[str, typer.Option("--draft-type", help=f"One of {', '.join(synth.DRAFT_TYPES)}.")
+    draft_type: Annotated[str, typer.Option("--draft-type", help=f"One of {', '.join(model_plan.DRAFT_TYPES)}.")
                           ] = "q4_k",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the tensors and sizes; write nothing.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Write random-weight GGUFs with the exact tensors and metadata of the recipe's target and drafter."""
     r = recipes.load(recipe)
-    plan = synth.plan_pair(r, scale, target_type, draft_type, seed)
-    info = {"target": synth.summary(plan.target), "drafter": synth.summary(plan.drafter)}
+    plan = model_plan.plan_pair(r, scale, target_type, draft_type, seed)
+    info = {"target": model_plan.summary(plan.target), "drafter": model_plan.summary(plan.drafter)}
     if not dry_run:
         out_dir = out or paths.synthetic_models_dir(paths.models_dir(models_dir))
         t0 = time.monotonic()
@@ -218,7 +221,7 @@ def bench_cmd(
     # a tree that cannot be served: refused before the models; random weights accept nothing of their
     # own, so buun synth's trees feign the calibrated profile's acceptance, real models' their own
     _check_models(target, drafter, url)
-    random_weights = target is None or synth.is_synthetic(target)
+    random_weights = target is None or model_plan.is_synthetic(target)
     trees = bench_configs.tree_configs(budgets, r, overrides, models, synthetic=random_weights)
     cfgs = bench_configs.configs(not no_ar, synthetic_al, trees)
     cfgs += bench_configs.concurrency_configs(levels, cfgs, ctx)
@@ -292,7 +295,7 @@ def _workers(value: str, recipe: recipes.Recipe, where: devices.Placement | None
     """--rpc: the workers, each asked now (before the models are made), and the drafter's device
     among theirs and this host's (a -dev or -devd of the recipe or --server-args decides), as `buun
     serve --rpc` places it."""
-    endpoints = rpc_mod.parse(value)
+    endpoints = addresses.parse(value)
     spec.check_one_split(endpoints, where)
     flags = command.merge(command.recipe_flags(recipe.server_flags), overrides.set, overrides.drop)
     placed = spec.with_workers(str(build.find_binary("llama-server")), endpoints, flags, True,
@@ -341,7 +344,7 @@ def _compare(a_path: Path, b_path: Path, out: Path | None, json_out: bool) -> No
 
 
 def register(app: typer.Typer) -> None:
-    from buun_tool.cli.app import MEASURE
+    from buun_tool.cli.options import MEASURE
 
     app.command("synth", rich_help_panel=MEASURE)(synth_cmd)
     app.command("bench", rich_help_panel=MEASURE)(bench_cmd)

@@ -19,10 +19,11 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from buun_tool import console, paths, recipes
+from buun_tool.base import console, paths
+from buun_tool.base.console import Table
+from buun_tool.base.errors import UsageError
 from buun_tool.cli.options import ModelsDirOpt
-from buun_tool.console import Table
-from buun_tool.errors import UsageError
+from buun_tool.formats import recipes
 
 RecipeArg = Annotated[str | None, typer.Argument(help="Recipe name or YAML file (default: qwen3.5-27b-dflash).",
                                                  show_default=False)]
@@ -45,7 +46,7 @@ def pull(
     json_out: JsonOpt = False,
 ) -> None:
     """Download the target GGUF, the drafter and the tokenizer (gated/missing repos fail early)."""
-    from buun_tool import pull as pull_stage
+    from buun_tool.pipeline import pull as pull_stage
 
     roles = pull_stage.ROLES
     if only:
@@ -61,7 +62,7 @@ def pull(
 
 def drafter(recipe: RecipeArg = None, models_dir: ModelsDirOpt = None, json_out: JsonOpt = False) -> None:
     """Copy the target's tokenizer files into the drafter folder and check the pair fits."""
-    from buun_tool import drafter as drafter_stage
+    from buun_tool.pipeline import drafter as drafter_stage
 
     result = drafter_stage.prepare(recipes.load(recipe), paths.models_dir(models_dir))
     if json_out:
@@ -77,7 +78,7 @@ def convert(
     json_out: JsonOpt = False,
 ) -> None:
     """Convert the drafter to GGUF, quantize it to the recipe's type and verify it."""
-    from buun_tool import convert as convert_stage
+    from buun_tool.pipeline import convert as convert_stage
 
     result = convert_stage.convert(recipes.load(recipe), paths.models_dir(models_dir), force=force,
                                    keep_intermediate=not drop_intermediate)
@@ -151,7 +152,7 @@ def gguf_inspect(
     json_out: JsonOpt = False,
 ) -> None:
     """Architecture, key hyperparameters, tokenizer summary, tensors and size by type."""
-    from buun_tool import gguf_tools
+    from buun_tool.formats import gguf_tools
 
     info = gguf_tools.inspect(path)
     if json_out:
@@ -173,7 +174,7 @@ def gguf_migrate(
     json_out: JsonOpt = False,
 ) -> None:
     """Rewrite a buun-fork drafter GGUF in the format the pinned upstream llama.cpp loads."""
-    from buun_tool import gguf_tools
+    from buun_tool.formats import gguf_tools
 
     report = gguf_tools.migrate(src, dst, target, mrope, force)
     if json_out:
@@ -185,7 +186,7 @@ def gguf_migrate(
 
 
 def register(app: typer.Typer) -> None:
-    from buun_tool.cli.app import PIPELINE, TOOLS
+    from buun_tool.cli.options import PIPELINE, TOOLS
 
     app.command(rich_help_panel=PIPELINE)(pull)
     app.command(rich_help_panel=PIPELINE)(drafter)

@@ -14,10 +14,17 @@ from typing import Annotated, Any
 
 import typer
 
-from buun_tool import build, console
-from buun_tool.errors import UsageError
+from buun_tool.base import console, nvidia
+from buun_tool.base.errors import UsageError
 from buun_tool.server import logfile
 from buun_tool.server.instance import Instance, InstanceT
+
+# The panels of `buun --help`, in the order cli/app.py lists them
+PIPELINE = "Pipeline (the stages of `buun setup`, in order)"
+SERVER = "Server"
+MEASURE = "Measure"
+TOOLS = "Tools"
+
 
 ScaleOpt = Annotated[str | None, typer.Option(
     "--scale", help="full: the real geometry; tiny: the recipe's CPU-test shrink (default: full with a GPU).",
@@ -101,7 +108,7 @@ def duration(seconds: float | None) -> str | None:
 def default_scale(scale: str | None) -> str:
     """--scale of the synthetic models: full (the real geometry) where a GPU runs them, else tiny."""
     if scale is None:
-        return "full" if build.detect_gpus() else "tiny"
+        return "full" if nvidia.detect_gpus() else "tiny"
     if scale not in ("full", "tiny"):
         raise UsageError(f"--scale {scale!r}: expected full or tiny")
     return scale

@@ -34,12 +34,14 @@ from typing import Annotated, Any
 
 import typer
 
-from buun_tool import build, console, paths
+from buun_tool.base import command, console, paths
+from buun_tool.base.errors import Exit, UsageError
 from buun_tool.cli.launch import ApiKeyOpt, LaunchOptions, launch_command
 from buun_tool.cli.options import FollowOpt, LinesOpt, duration, show_log, show_statuses, status_header, stop_targets
 from buun_tool.cli.options import status_row as row
-from buun_tool.errors import Exit, UsageError
-from buun_tool.server import command, control, devices, service
+from buun_tool.pipeline import build
+from buun_tool.plan import devices
+from buun_tool.server import control, service
 from buun_tool.server import spec as spec_mod
 from buun_tool.server.instance import Instance, all_instances
 from buun_tool.server.state import State
@@ -307,7 +309,7 @@ def service_uninstall(name: Annotated[str, typer.Argument(help="Instance name of
 
 
 def register(app: typer.Typer) -> None:
-    from buun_tool.cli.app import SERVER
+    from buun_tool.cli.options import SERVER
 
     app.command(rich_help_panel=SERVER, context_settings=_EXTRA)(serve)
     app.command(rich_help_panel=SERVER, context_settings=_EXTRA)(start)

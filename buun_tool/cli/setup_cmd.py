@@ -12,12 +12,13 @@ from typing import Annotated
 
 import typer
 
-from buun_tool import console, doctor, paths, recipes
-from buun_tool import setup as setup_stage
+from buun_tool.app import setup as setup_stage
+from buun_tool.base import command, console, paths
+from buun_tool.base.console import Table
+from buun_tool.base.errors import UsageError
 from buun_tool.cli.options import ModelsDirOpt, RecipeArg, recipe_and_server_flags
-from buun_tool.console import Table
-from buun_tool.errors import UsageError
-from buun_tool.server import command
+from buun_tool.formats import recipes
+from buun_tool.pipeline import doctor
 from buun_tool.server import spec as spec_mod
 
 _STYLE = {"skip": "green", "run": "yellow", "check": "cyan"}
@@ -85,7 +86,7 @@ def _print_plan(context: setup_stage.Context) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    from buun_tool.cli.app import PIPELINE
+    from buun_tool.cli.options import PIPELINE
 
     app.command(rich_help_panel=PIPELINE,
                 context_settings={"allow_extra_args": True})(setup)

@@ -17,12 +17,12 @@ from typing import Annotated
 
 import typer
 
-from buun_tool import console
+from buun_tool.base import console
 from buun_tool.cli.options import FollowOpt, LinesOpt, duration, show_log, show_statuses, status_header, stop_targets
 from buun_tool.cli.options import status_row as row
 from buun_tool.server import control
 from buun_tool.server import worker as worker_mod
-from buun_tool.server.rpc import DEFAULT_PORT
+from buun_tool.server.addresses import DEFAULT_PORT
 
 worker_app = typer.Typer(help="Lend this machine's devices to a server elsewhere (RPC worker).", no_args_is_help=True)
 
@@ -127,6 +127,6 @@ def logs(
 
 
 def register(app: typer.Typer) -> None:
-    from buun_tool.cli.app import SERVER
+    from buun_tool.cli.options import SERVER
 
     app.add_typer(worker_app, name="worker", rich_help_panel=SERVER)

@@ -1,6 +1,5 @@
-"""Running llama-server with DFlash and keeping it running.
+"""Running llama-server with DFlash and keeping it running (the server layer: docs/design.md).
 
-    command.py     every llama-server argv: recipe flags + overrides, the alias table, secrets (pure functions)
     spec.py        one launch: recipe, models, argv, supervision policy; saved for restart
     state.py       the state enum and the record every instance writes
     instance.py    per-instance folder: lock, state file, stale-PID detection
@@ -9,9 +8,14 @@
     logfile.py     the rotating log and reading it back (tail, follow)
     health.py      HTTP probes: /health, /slots, /props, /metrics
     metrics.py     /metrics parsing, the DFlash figures and their change over a request
-    gpu.py         GPU memory from nvidia-smi: a server's, the cards', the peak over a run
     local.py       one llama-server for one job (bench, fit --measure, tests): start, ready, stop
-    supervisor.py  the one loop that owns every state change
+    supervise.py   the one loop that owns every state change
+    supervisor.py  the supervisor's process (detached, or a systemd unit's)
     control.py     what the CLI does: start detached, stop, restart, status
+    addresses.py   RPC workers' HOST:PORT lists, parsed and checked
+    rpc.py         the workers from the server's side: probes, devices, placement, connections
+    worker.py      an RPC worker, supervised
     service.py     the systemd user unit
+
+llama-server's argv and flag vocabulary are base/command.py; the cards are base/nvidia.py.
 """

@@ -23,14 +23,15 @@ from typing import Any
 import psutil
 
 import buun_tool
-from buun_tool.errors import BuunError, Exit, UsageError
-from buun_tool.fsutil import open_private
-from buun_tool.server import gpu, logfile, metrics, process, rpc
+from buun_tool.base import nvidia
+from buun_tool.base.errors import BuunError, Exit, UsageError
+from buun_tool.base.fsutil import open_private
+from buun_tool.server import addresses, logfile, metrics, process, rpc
 from buun_tool.server.health import Probe, slots_summary
 from buun_tool.server.instance import Instance, all_instances, live, pick
 from buun_tool.server.spec import API_KEY_ENV, LaunchSpec, check_exposure, with_models_dir
 from buun_tool.server.state import Record, State
-from buun_tool.server.supervisor import Listener, Supervisor
+from buun_tool.server.supervise import Listener, Supervisor
 
 Progress = Callable[[str], None]
 # Each of `buun status`'s HTTP probes; they run at once, so a hung server answers within ~2 s.
@@ -297,7 +298,7 @@ class Probes:
     health: str | None
     slots: dict[str, Any] | None  # health.slots_summary
     dflash: dict[str, Any] | None  # metrics.DflashStats, or {"error": ...}
-    gpu: dict[str, Any] | None  # gpu.memory_for
+    gpu: dict[str, Any] | None  # nvidia.memory_for
     timeout_s: float = STATUS_PROBE_TIMEOUT_S
 
 
@@ -317,7 +318,7 @@ class InstanceStatus:
     uptime_s: float | None = None  # this llama-server's
     supervisor_uptime_s: float | None = None
     endpoint: str | None = None
-    context: dict[str, Any] | None = None  # fit.ContextChoice: the -c it was launched with, and why
+    context: dict[str, Any] | None = None  # context.ContextChoice: the -c it was launched with, and why
     placement: dict[str, Any] | None = None  # --gpus: the cards and the split (devices.with_split)
     health_failures_allowed: int | None = None
     probes: Probes | None = None  # a live server only
@@ -426,11 +427,11 @@ def workers_of(spec: dict[str, Any], r: Record, server_pid: int | None) -> list[
     workers = spec.get("rpc") or []
     if not workers:
         return None
-    states = rpc.connections(server_pid, rpc.parse(rpc.join(workers))) if server_pid else {}
+    states = rpc.connections(server_pid, addresses.parse(addresses.join(workers))) if server_pid else {}
     return [{"address": w, "devices": [d["name"] for d in spec.get("rpc_devices") or [] if d.get("where") == w],
              "connection": states.get(w), "lost": r.lost_workers.get(w),
              "lost_since": r.lost_since if w in r.lost_workers else None,
-             "next_step": rpc.next_step(w) if w in r.lost_workers else None} for w in workers]
+             "next_step": addresses.next_step(w) if w in r.lost_workers else None} for w in workers]
 
 
 def rpc_placement_of(spec: dict[str, Any]) -> dict[str, Any] | None:
@@ -455,7 +456,7 @@ def _probe_all(url: str, api_key: str | None, pid: int) -> Probes:
         health = pool.submit(with_probe, lambda p: p.health().detail)
         slots = pool.submit(with_probe, slots_summary)
         metrics_text = pool.submit(with_probe, lambda p: p.get_text("/metrics"))
-        gpu_mem = pool.submit(gpu.memory_for, pid, STATUS_PROBE_TIMEOUT_S * 2)
+        gpu_mem = pool.submit(nvidia.memory_for, pid, STATUS_PROBE_TIMEOUT_S * 2)
         code, text = metrics_text.result()
         stats = metrics.dflash_stats(metrics.parse(text)) if code == 200 else None
         return Probes(health.result(), slots.result(),

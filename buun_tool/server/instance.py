@@ -28,9 +28,9 @@ from typing import TypeVar
 
 import psutil
 
-from buun_tool import paths
-from buun_tool.errors import Exit, UsageError
-from buun_tool.fsutil import PRIVATE_FILE, open_private, private_dir, write_json_atomic
+from buun_tool.base import paths
+from buun_tool.base.errors import Exit, UsageError
+from buun_tool.base.fsutil import PRIVATE_FILE, open_private, private_dir, write_json_atomic
 from buun_tool.server.state import ProcRef, Record
 
 

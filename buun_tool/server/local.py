@@ -23,8 +23,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from buun_tool.errors import BuunError, Exit, raise_terminated
-from buun_tool.server import command, loglines, process
+from buun_tool.base import command
+from buun_tool.base.errors import BuunError, Exit, raise_terminated
+from buun_tool.server import loglines, process
 from buun_tool.server.health import Probe
 
 READY_PROBE_EVERY = 0.25  # seconds between /health probes while loading

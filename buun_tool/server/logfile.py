@@ -15,8 +15,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from buun_tool.fsutil import open_private, private_dir
-from buun_tool.server.command import is_count
+from buun_tool.base.command import is_count
+from buun_tool.base.fsutil import open_private, private_dir
 
 DEFAULT_MAX_BYTES = 10 * 2**20
 DEFAULT_KEEP = 3

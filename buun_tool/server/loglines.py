@@ -12,7 +12,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from buun_tool.errors import BuunError, Exit
+from buun_tool.base.errors import BuunError, Exit
+from buun_tool.server import addresses
 
 # (pattern, phase shown while STARTING), in the order llama-server prints them; a phase only
 # moves forward (the memory-fitting pass prints some of these early).
@@ -104,7 +105,7 @@ def _first(pattern: re.Pattern[str], lines: Sequence[str]) -> tuple[re.Match[str
 
 def diagnose(lines: Sequence[str], recipe_flags: Iterable[str] = ()) -> Failure | None:
     """The cause a user can act on, from llama-server's last lines; None when none is known."""
-    from buun_tool.server.command import canonical  # flags compare by canonical spelling
+    from buun_tool.base.command import canonical  # flags compare by canonical spelling
 
     from_recipe = {canonical(f) for f in recipe_flags}
     if hit := _first(_INVALID_FLAG, lines):
@@ -129,11 +130,9 @@ def diagnose(lines: Sequence[str], recipe_flags: Iterable[str] = ()) -> Failure 
                        "run the same buun and llama.cpp build on the worker (`buun build` there) as here", True,
                        Exit.NOT_READY)
     if hit := _first(_RPC_CONNECT, lines):
-        from buun_tool.server.rpc import next_step
-
         worker = hit[0].group(1)
-        return Failure("rpc", f"llama-server could not connect to the worker {worker}", next_step(worker), True,
-                       Exit.NOT_READY)
+        return Failure("rpc", f"llama-server could not connect to the worker {worker}",
+                       addresses.next_step(worker), True, Exit.NOT_READY)
     if _first(_RPC_MALFORMED, lines):
         return Failure("rpc", "a worker's address answers, but not as ggml-rpc-server does (another program on "
                        "its port, or a worker that crashed)", NOT_A_WORKER_HINT, True, Exit.NOT_READY)

@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from buun_tool.server.command import is_count
+from buun_tool.base.command import is_count
 
 PREFIX = "llamacpp:"
 DRAFT_TOKENS = PREFIX + "spec_decode_num_draft_tokens_total"

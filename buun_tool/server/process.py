@@ -21,7 +21,7 @@ from typing import IO
 
 import psutil
 
-from buun_tool.proc import dies_with_us
+from buun_tool.base.proc import dies_with_us
 
 # What llama-server (or a worker) writes is its owner's alone, as buun's own state files are
 # (fsutil.PRIVATE_FILE): a slot save (--slot-save-path) holds a conversation's cached state, and

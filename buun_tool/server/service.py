@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import buun_tool
-from buun_tool import patches, paths
-from buun_tool.errors import BuunError, NotReadyError
+from buun_tool.base import paths
+from buun_tool.base.errors import BuunError, NotReadyError
+from buun_tool.pipeline import patches
 from buun_tool.server.instance import Instance
 from buun_tool.server.spec import LaunchSpec
 

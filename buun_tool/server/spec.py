@@ -11,10 +11,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from buun_tool import build, console, convert, fit, gguf_tools, patches, paths, pull, recipes
-from buun_tool.errors import BuunError, NotReadyError, UsageError
-from buun_tool.server import command, devices, rpc
-from buun_tool.server.command import Flag
+from buun_tool.base import command, console, nvidia, paths
+from buun_tool.base.command import Flag
+from buun_tool.base.errors import BuunError, NotReadyError, UsageError
+from buun_tool.formats import gguf_tools, recipes
+from buun_tool.pipeline import build, convert, patches, pull
+from buun_tool.plan import context, devices, fit
+from buun_tool.server import addresses, rpc
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -84,7 +87,7 @@ class LaunchSpec:
     no_api_key: bool = False  # the user said to serve beyond loopback without a key (--no-api-key)
     keyed: bool = False  # launched with an API key, which is never saved: a restart must be given it again
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    context: dict[str, Any] | None = None  # fit.ContextChoice: the -c given and why
+    context: dict[str, Any] | None = None  # context.ContextChoice: the -c given and why
     # the models folder target and draft come from; None when either was given by path (--model, --draft)
     models_dir: str | None = None
     env: dict[str, str] = field(default_factory=dict)  # llama-server's own variables: the cards (devices.py)
@@ -163,7 +166,7 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
     recipe = recipes.load(recipe_ref)
     binary, planned = server_binary(built=need_models)
     where = devices.placement(recipe, gpus, draft_gpu, binary)
-    endpoints = rpc.parse(workers) if workers else []
+    endpoints = addresses.parse(workers) if workers else []
     check_one_split(endpoints, where)
     resolved = launch_flags(recipe, command.parse_args(extra or []), drops or [], "the arguments after `--`",
                             models_dir, tree_budget, slots, where, endpoints,
@@ -178,7 +181,7 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
         find = default_models if need_models else default_paths
         default_target, default_draft = find(recipe, models_dir)
         model, draft = model or default_target, draft or default_draft
-    cards = len(where.gpus) if where else len(build.detect_gpus()) if endpoints and not need_models else 0
+    cards = len(where.gpus) if where else len(nvidia.detect_gpus()) if endpoints and not need_models else 0
     on_workers = with_workers(str(binary), endpoints, flags, need_models, resolved.env, cards) if endpoints else None
     flags = with_draft_device(flags, on_workers.draft_device if on_workers else None)
     spec = LaunchSpec(
@@ -240,7 +243,7 @@ class Flags:
 
     flags: list[Flag]  # no secret among them
     secrets: dict[str, str]  # canonical flag -> value, for llama-server's environment (command.SECRET_ENV)
-    context: fit.ContextChoice  # the -c among the flags, and why
+    context: context.ContextChoice  # the -c among the flags, and why
     recipe_flags: list[str]  # the recipe's flag names that reach llama-server as the recipe wrote them
     env: dict[str, str] = field(default_factory=dict)  # for llama-server's environment: the cards (devices.py)
     placement: dict[str, Any] | None = None  # the cards and the split (devices.with_split)
@@ -251,7 +254,7 @@ CPU_LAYERS = ("-ngl", "-ngld")  # the target's and the drafter's layers on a car
 
 def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str], source: str,
                  models_dir: Path, tree_budget: int | None = None, slots: int | None = None,
-                 where: devices.Placement | None = None, workers: list[rpc.Endpoint] | None = None,
+                 where: devices.Placement | None = None, workers: list[addresses.Endpoint] | None = None,
                  cpu_build: bool = False) -> Flags:
     """The flags of every server buun runs for a recipe, `buun serve`'s and each `buun bench`
     configuration's: the recipe's, with `overrides` in the place of the recipe's flag of the same
@@ -273,7 +276,7 @@ def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str]
     # the recipe's secrets and the command line's alike (an override replaces the recipe's)
     flags, secrets = command.take_secrets(command.merge(base, overrides, drops))
     if workers:
-        flags = [("--rpc", rpc.join(workers)), *flags]
+        flags = [("--rpc", addresses.join(workers)), *flags]
     if command.TREE_BUDGET in {command.canonical(d) for d in drops}:
         tree_budget = 0  # no tree flag, not even the recipe's server.tree
     flags = with_tree(recipe, flags, overrides, tree_budget)
@@ -285,7 +288,7 @@ def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str]
     return Flags(flags, secrets, context, _kept(base, overrides), where.env, placed)
 
 
-def check_one_split(endpoints: list[rpc.Endpoint], where: devices.Placement | None) -> None:
+def check_one_split(endpoints: list[addresses.Endpoint], where: devices.Placement | None) -> None:
     """RPC workers with one local card at most: llama.cpp would put the target over both kinds of
     device at once, a plan neither `buun fit --gpus` nor rpc.place makes."""
     if endpoints and where and len(where.gpus) > 1:
@@ -301,7 +304,7 @@ def with_draft_device(flags: list[Flag], device: str | None) -> list[Flag]:
     return flags
 
 
-def with_workers(binary: str, endpoints: list[rpc.Endpoint], flags: list[Flag], ask: bool,
+def with_workers(binary: str, endpoints: list[addresses.Endpoint], flags: list[Flag], ask: bool,
                  env: dict[str, str] | None = None, cards: int = 0) -> rpc.Placement:
     """Where the target's layers and the drafter go with RPC workers (rpc.place). With `ask`, each
     worker must answer now and llama-server (with the cards' `env`) lists the devices; without
@@ -325,12 +328,12 @@ def check_exposure(spec: LaunchSpec, api_key: str | None) -> None:
 
 def with_context(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag], models_dir: Path,
                  where: devices.Placement | None = None, cpu_build: bool = False
-                 ) -> tuple[list[Flag], fit.ContextChoice]:
-    """The flags with -c decided (fit.choose_context): the command line's, the recipe's pinned
+                 ) -> tuple[list[Flag], context.ContextChoice]:
+    """The flags with -c decided (context.choose_context): the command line's, the recipe's pinned
     number, or the largest that fits the GPU here (the cards `where` names: split by layers over
     several; weighing the models in `models_dir`); in the recipe's place, or added."""
     cards = None if where is None else list(where.cards)  # no nvidia-smi: no card to fit
-    choice = fit.choose_context(recipe, {n: True if v is None else v for n, v in flags},
+    choice = context.choose_context(recipe, {n: True if v is None else v for n, v in flags},
                                 from_command_line=any(command.canonical(n) == "-c" for n, _ in overrides),
                                 models_dir=models_dir, gpus=cards,
                                 draft=None if where is None else where.draft_position, cpu_build=cpu_build)

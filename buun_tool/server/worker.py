@@ -28,15 +28,16 @@ from typing import Any
 
 import psutil
 
-from buun_tool import build, console, paths
-from buun_tool.errors import BuunError, Exit, UsageError
-from buun_tool.server import command, control, loglines, process
+from buun_tool.base import command, console, paths
+from buun_tool.base.errors import BuunError, Exit, UsageError
+from buun_tool.pipeline import build
+from buun_tool.server import control, loglines, process
+from buun_tool.server.addresses import DEFAULT_PORT, Endpoint
 from buun_tool.server.health import Health
 from buun_tool.server.instance import Instance, all_of, check_name, live, pick, ref_of
-from buun_tool.server.rpc import DEFAULT_PORT, Endpoint
 from buun_tool.server.spec import Policy
 from buun_tool.server.state import Record, State
-from buun_tool.server.supervisor import Listener, Supervisor, detached_output, report
+from buun_tool.server.supervise import Listener, Supervisor, detached_output, report
 
 DEFAULT_HOST = "127.0.0.1"
 PROGRAM = "ggml-rpc-server"
