@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from buun_tool.base import paths
 from buun_tool.base.errors import BuunError, CommandError, Exit, NotReadyError, UsageError
 from buun_tool.cli.app import app
-from buun_tool.formats import recipes
+from buun_tool.formats import layout, recipes
 from buun_tool.formats.gguf_tools import GgufFile
 from buun_tool.pipeline import build, convert, drafter, pull, vendor
 from tests.hub_server import FakeHub
@@ -75,7 +75,7 @@ def pulled(tiny_hub: FakeHub, tiny_recipe: recipes.Recipe) -> recipes.Recipe:
 class TestDrafterFolder:
     def test_copies_the_tokenizer_files_and_keeps_the_drafters_config(self, pulled: recipes.Recipe,
                                                                        tiny_models_built: TinyModels):
-        lay = pull.layout(pulled, paths.models_dir())
+        lay = layout.for_recipe(pulled, paths.models_dir())
         own_config = _sha(lay.drafter_dir / "config.json")
         result = drafter.prepare(pulled, paths.models_dir())
         assert result.copied == list(pulled.tokenizer.files)
@@ -90,13 +90,13 @@ class TestDrafterFolder:
         drafter.prepare(pulled, paths.models_dir())
         again = drafter.prepare(pulled, paths.models_dir())
         assert again.copied == [] and again.already_there == list(pulled.tokenizer.files)
-        vocab = pull.layout(pulled, paths.models_dir()).drafter_dir / "vocab.json"
+        vocab = layout.for_recipe(pulled, paths.models_dir()).drafter_dir / "vocab.json"
         vocab.write_text("{}")
         assert drafter.prepare(pulled, paths.models_dir()).copied == ["vocab.json"]
 
     def test_a_full_disk_leaves_no_half_copy(self, pulled: recipes.Recipe):
         drafter.prepare(pulled, paths.models_dir())
-        vocab = pull.layout(pulled, paths.models_dir()).drafter_dir / "vocab.json"
+        vocab = layout.for_recipe(pulled, paths.models_dir()).drafter_dir / "vocab.json"
         vocab.write_text("{}")  # to be copied again
         tmp = vocab.with_name(f".vocab.json.{os.getpid()}.tmp")
         tmp.symlink_to("/dev/full")  # the copy's first write answers ENOSPC, as on a full disk
@@ -111,7 +111,7 @@ class TestDrafterFolder:
         import subprocess
         import sys
         drafter.prepare(pulled, paths.models_dir())
-        folder = pull.layout(pulled, paths.models_dir()).drafter_dir
+        folder = layout.for_recipe(pulled, paths.models_dir()).drafter_dir
         dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                               text=True, check=True).stdout.strip()  # a buun drafter that was killed
         half = folder / f".tokenizer.json.{dead}.tmp"
@@ -134,11 +134,11 @@ class TestDrafterFolder:
     def test_refuses_to_overwrite_the_drafters_config(self, pulled: recipes.Recipe, tmp_path: Path):
         data = recipes.load_file(write_recipe(tmp_path / "bad.yaml", tokenizer={
             "repo": "Qwen/Qwen3.5-27B", "files": ["tokenizer.json", "config.json"]}))
-        before = _sha(pull.layout(pulled, paths.models_dir()).drafter_dir / "config.json")
+        before = _sha(layout.for_recipe(pulled, paths.models_dir()).drafter_dir / "config.json")
         with pytest.raises(UsageError) as info:
             drafter.prepare(data, paths.models_dir())
         assert "tokenizer.files lists config.json" in info.value.message and str(data.source) in info.value.message
-        assert _sha(pull.layout(pulled, paths.models_dir()).drafter_dir / "config.json") == before
+        assert _sha(layout.for_recipe(pulled, paths.models_dir()).drafter_dir / "config.json") == before
 
     @pytest.mark.parametrize(("change", "message"), [
         ({"hidden_size": 128}, "hidden sizes differ: drafter 128"),
@@ -147,7 +147,7 @@ class TestDrafterFolder:
         ({"architectures": ["Qwen3ForCausalLM"]}, "not a DFlash drafter"),
     ])
     def test_a_drafter_that_does_not_fit_the_target(self, pulled: recipes.Recipe, change: dict, message: str):
-        cfg_path = pull.layout(pulled, paths.models_dir()).drafter_dir / "config.json"
+        cfg_path = layout.for_recipe(pulled, paths.models_dir()).drafter_dir / "config.json"
         cfg_path.write_text(json.dumps({**json.loads(cfg_path.read_text()), **change}))
         with pytest.raises(UsageError) as info:
             drafter.prepare(pulled, paths.models_dir())
@@ -185,7 +185,7 @@ class TestDrafterFolder:
         """A config.json is the repo author's: a section or a number of the wrong JSON type is named
         with its file and field (it was a TypeError or AttributeError traceback), in `buun drafter`
         and in the convert stage's pre-check, and nothing is copied over the drafter's own files."""
-        lay = pull.layout(pulled, paths.models_dir())
+        lay = layout.for_recipe(pulled, paths.models_dir())
         cfg_path = (lay.drafter_dir if role == "drafter" else lay.tokenizer_dir) / "config.json"
         cfg_path.write_text(json.dumps({**json.loads(cfg_path.read_text()), **change}))
         before = _sha(lay.drafter_dir / "config.json")
@@ -215,7 +215,7 @@ class TestDrafterFolder:
         """A truncated safetensors header or a tokenizer file that is not JSON is named, with what to
         do, by `buun drafter` and before a conversion makes its environment: it passed, and only
         the converter, after installing its environment, met the file."""
-        lay = pull.layout(pulled, paths.models_dir())
+        lay = layout.for_recipe(pulled, paths.models_dir())
         path = lay.role_dir(role) / name
         path.write_bytes(damage(path.read_bytes()))
         res = CliRunner().invoke(app, ["drafter", str(pulled.source)])
@@ -232,7 +232,7 @@ class TestDrafterFolder:
         again before converting): the same file damaged since, to its old size and mtime, is not
         taken for the one that parsed."""
         drafter.prepare(pulled, paths.models_dir())
-        path = pull.layout(pulled, paths.models_dir()).drafter_dir / "tokenizer.json"
+        path = layout.for_recipe(pulled, paths.models_dir()).drafter_dir / "tokenizer.json"
         before = path.stat()
         path.write_bytes(b"[" + path.read_bytes()[1:])  # an object's '{' made a list's '['
         os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
@@ -242,7 +242,7 @@ class TestDrafterFolder:
     def test_a_safetensors_header_larger_than_the_format_allows_is_not_read(self, pulled: recipes.Recipe):
         """The header's length is the file's to say: a drafter of 16 GB that says 15 GB had them read
         into memory and parsed as JSON. The format caps it at 100 MB (safetensors refuses more)."""
-        path = pull.layout(pulled, paths.models_dir()).drafter_dir / "model.safetensors"
+        path = layout.for_recipe(pulled, paths.models_dir()).drafter_dir / "model.safetensors"
         with open(path, "wb") as f:  # sparse: the claimed header costs no disk
             f.write((drafter.SAFETENSORS_MAX_HEADER + 1).to_bytes(8, "little"))
             f.truncate(8 + drafter.SAFETENSORS_MAX_HEADER + 1)
@@ -252,14 +252,14 @@ class TestDrafterFolder:
                 in _flat(res.output))
 
     def test_a_config_with_a_number_too_long_to_read_is_named(self, pulled: recipes.Recipe):
-        cfg = pull.layout(pulled, paths.models_dir()).tokenizer_dir / "config.json"
+        cfg = layout.for_recipe(pulled, paths.models_dir()).tokenizer_dir / "config.json"
         cfg.write_text('{"vocab_size": ' + "1" * 5000 + "}")
         res = CliRunner().invoke(app, ["drafter", str(pulled.source)])
         assert res.exit_code == Exit.FAILED, res.output
         assert f"the target config {cfg} is not valid JSON: an integer of 5000 digits" in _flat(res.output)
 
     def test_a_config_that_is_not_text_is_named(self, pulled: recipes.Recipe):
-        cfg = pull.layout(pulled, paths.models_dir()).drafter_dir / "config.json"
+        cfg = layout.for_recipe(pulled, paths.models_dir()).drafter_dir / "config.json"
         cfg.write_bytes(b"\x89PNG\r\n\x1a\n")
         res = CliRunner().invoke(app, ["drafter", str(pulled.source)])
         assert res.exit_code == Exit.FAILED, res.output
@@ -284,7 +284,7 @@ class TestDrafterFolder:
         goes into the GGUF; the record named only the recipe's files. Such files are refused, each
         named, by `buun drafter` and before a conversion, until they are moved out."""
         drafter.prepare(pulled, paths.models_dir())
-        lay = pull.layout(pulled, paths.models_dir())
+        lay = layout.for_recipe(pulled, paths.models_dir())
         weights = (lay.drafter_dir / "model.safetensors").read_bytes()
         stray = [lay.drafter_dir / "model.safetensors.index.json", lay.drafter_dir / "model-00001-of-00001.safetensors",
                  lay.tokenizer_dir / "chat_template.jinja"]
@@ -360,7 +360,7 @@ def models(converted: Converted, tmp_path: Path) -> Path:
 @pytest.mark.slow
 class TestConvert:
     def test_output_is_verified_and_described(self, converted: Converted):
-        lay = pull.layout(converted.recipe, converted.models)
+        lay = layout.for_recipe(converted.recipe, converted.models)
         final = lay.drafter_gguf()
         assert converted.cli_json["gguf"] == str(final) and converted.cli_json["rebuilt"]
         assert converted.cli_json["intermediate"] == str(lay.drafter_gguf("BF16"))  # the drafter is BF16
@@ -373,7 +373,7 @@ class TestConvert:
         assert [p.name for p in lay.gguf_dir.iterdir() if p.name.startswith(".")] == []
 
     def test_provenance_record(self, converted: Converted):
-        lay = pull.layout(converted.recipe, converted.models)
+        lay = layout.for_recipe(converted.recipe, converted.models)
         final, intermediate = lay.drafter_gguf(), lay.drafter_gguf("BF16")
         record = json.loads(convert.provenance_path(final).read_text())
         assert record["output"] == {"file": final.name, "size": final.stat().st_size, "sha256": _sha(final),
@@ -398,7 +398,7 @@ class TestConvert:
 
     def test_refuses_to_start_without_the_disk_space(self, converted: Converted, models: Path,
                                                      monkeypatch: pytest.MonkeyPatch):
-        lay = pull.layout(converted.recipe, models)
+        lay = layout.for_recipe(converted.recipe, models)
         before = {p.name: _sha(p) for p in lay.gguf_dir.iterdir()}
         monkeypatch.setattr(convert.shutil, "disk_usage", lambda _: SimpleNamespace(free=10**6))
         with pytest.raises(BuunError) as info:
@@ -414,13 +414,13 @@ class TestConvert:
         assert "convert_hf_to_gguf.py" not in log and "llama-quantize" in log
 
     def test_unchanged_inputs_are_a_no_op(self, converted: Converted, models: Path):
-        final = pull.layout(converted.recipe, models).drafter_gguf()
+        final = layout.for_recipe(converted.recipe, models).drafter_gguf()
         mtime = final.stat().st_mtime_ns
         result = convert.convert(converted.recipe, models)
         assert not result.rebuilt and final.stat().st_mtime_ns == mtime
 
     def test_converting_again_gives_the_same_bytes(self, converted: Converted, models: Path):
-        lay = pull.layout(converted.recipe, models)
+        lay = layout.for_recipe(converted.recipe, models)
         before = {p.name: _sha(p) for p in lay.gguf_dir.iterdir()}
         (lay.drafter_gguf()).unlink()
         (lay.drafter_gguf("BF16")).unlink()
@@ -437,7 +437,7 @@ class TestConvert:
         quantize.write_text('#!/bin/sh\nhead -c 1000 "$1" > "$2"\necho "ggml_abort: out of memory" >&2\nexit 3\n')
         quantize.chmod(0o755)
         monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(fake_bin))
-        lay = pull.layout(converted.recipe, models)
+        lay = layout.for_recipe(converted.recipe, models)
         good = _sha(lay.drafter_gguf())
         record = convert.provenance_path(lay.drafter_gguf()).read_text()
         with pytest.raises(CommandError) as info:
@@ -455,7 +455,7 @@ class TestConvert:
         quantize.write_text('#!/bin/sh\ncp "$1" "$2"\n')  # "succeeds" without quantizing
         quantize.chmod(0o755)
         monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(fake_bin))
-        lay = pull.layout(converted.recipe, models)
+        lay = layout.for_recipe(converted.recipe, models)
         good = _sha(lay.drafter_gguf())
         with pytest.raises(BuunError) as info:
             convert.convert(converted.recipe, models)
@@ -467,7 +467,7 @@ class TestConvert:
 
     def test_a_failed_conversion_keeps_the_previous_ggufs(self, converted: Converted, models: Path,
                                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-        lay = pull.layout(converted.recipe, models)
+        lay = layout.for_recipe(converted.recipe, models)
         # a converter that writes half a file under the name it was given, then dies (a truncated
         # source is refused before the converter runs: test_a_changed_source_is_refused_...)
         python = tmp_path / "python"
@@ -484,7 +484,7 @@ class TestConvert:
 
     def test_a_changed_source_is_refused_until_pull_verify_repairs_it(self, converted: Converted, models: Path,
                                                                       tiny_hub: FakeHub):
-        lay = pull.layout(converted.recipe, models)
+        lay = layout.for_recipe(converted.recipe, models)
         weights = lay.drafter_dir / "model.safetensors"
         data = bytearray(weights.read_bytes())
         data[-100] ^= 0xFF  # a byte flipped on disk after the pull
@@ -504,7 +504,7 @@ class TestConvert:
         assert json.loads(res.stdout)["rebuilt"] is False  # the GGUF was made from the good bytes
 
     def test_a_changed_source_is_refused_even_with_its_old_mtime(self, converted: Converted, models: Path):
-        weights = pull.layout(converted.recipe, models).drafter_dir / "model.safetensors"
+        weights = layout.for_recipe(converted.recipe, models).drafter_dir / "model.safetensors"
         st = weights.stat()
         data = bytearray(weights.read_bytes())
         data[-100] ^= 0xFF
@@ -522,7 +522,7 @@ class TestConvert:
         GGUF of the flipped bytes, exit 0, and a record naming the good hash, so after `buun pull
         --verify` it was "up to date". The converter's interpreter here flips a byte of the weights
         (its mtime put back or not) after buun hashed them, then converts."""
-        lay = pull.layout(converted.recipe, models)
+        lay = layout.for_recipe(converted.recipe, models)
         weights = lay.drafter_dir / "model.safetensors"
         flip = tmp_path / "flip.py"
         flip.write_text(f"import os\np = {str(weights)!r}\nst = os.stat(p)\ndata = bytearray(open(p, 'rb').read())\n"
@@ -557,7 +557,7 @@ class TestConvert:
         recipe = converted.recipe
         if writer == "llama-quantize":  # another quant: the intermediate is current, only llama-quantize writes
             recipe = recipes.load_file(write_recipe(tmp_path / "tiny-dflash.yaml", quantize="Q8_0"))
-        lay = pull.layout(recipe, models)
+        lay = layout.for_recipe(recipe, models)
         out = lay.drafter_gguf("BF16") if writer == "the GGUF converter" else lay.drafter_gguf()
         before = {p.name: _sha(p) for p in lay.gguf_dir.iterdir()}
         tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
@@ -612,7 +612,7 @@ class TestConvert:
             code, err = read_only(models, "-m", "buun_tool", cmd, recipe, "--models-dir", str(models))
             assert code == 0 and done in _flat(err), err
             assert "Read-only" not in err and "Permission denied" not in err
-        final = pull.layout(converted.recipe, models).drafter_gguf()
+        final = layout.for_recipe(converted.recipe, models).drafter_gguf()
         convert.provenance_path(final).unlink()  # to be made again
         code, err = read_only(models, "-m", "buun_tool", "convert", recipe, "--models-dir", str(models))
         assert code == Exit.USAGE, err
@@ -622,7 +622,7 @@ class TestConvert:
 
     def test_a_gguf_whose_record_does_not_vouch_for_its_sources_is_made_again(self, converted: Converted,
                                                                            models: Path):
-        final = pull.layout(converted.recipe, models).drafter_gguf()
+        final = layout.for_recipe(converted.recipe, models).drafter_gguf()
         record_path = convert.provenance_path(final)
         record = json.loads(record_path.read_text())
         assert record["buun_provenance"] == convert.PROVENANCE
@@ -633,7 +633,7 @@ class TestConvert:
 
     @pytest.mark.parametrize("damage", ["list", "number", "output", "inputs"])
     def test_a_record_of_another_json_shape_is_made_again(self, converted: Converted, models: Path, damage: str):
-        final = pull.layout(converted.recipe, models).drafter_gguf()
+        final = layout.for_recipe(converted.recipe, models).drafter_gguf()
         record_path = convert.provenance_path(final)
         record = json.loads(record_path.read_text())
         if damage in ("output", "inputs"):  # the rest of the record is right: only this field is read wrong
@@ -646,7 +646,7 @@ class TestConvert:
             assert json.loads(record_path.read_text())["buun_provenance"] == convert.PROVENANCE
 
     def test_the_pair_answers_in_llama_server(self, converted: Converted, llama_bin: Path, tmp_path: Path):
-        lay = pull.layout(converted.recipe, converted.models)
+        lay = layout.for_recipe(converted.recipe, converted.models)
         args = ["-m", str(lay.target_gguf), "-md", str(lay.drafter_gguf()), "--spec-type", "draft-dflash",
                 "-c", "512", "-t", "2", "--spec-draft-n-max", "7"]
         with llama_server(llama_bin, args, tmp_path / "server.log") as server:
@@ -667,7 +667,7 @@ class TestConvert:
             "--server-args=-nr", "--out", str(tmp_path)])
         assert res.exit_code == 0, res.output
         data = json.loads((tmp_path / "bench.json").read_text())
-        lay = pull.layout(converted.recipe, converted.models)
+        lay = layout.for_recipe(converted.recipe, converted.models)
         assert data["options"]["models_note"] == f"models: {lay.target_gguf.name} + {lay.drafter_gguf().name}"
         configs = {c["name"]: c for c in data["configs"]}
         assert [(c["label"], c["tree_budget"], c["expected_al"]) for c in configs.values()] == [
@@ -752,7 +752,8 @@ def test_a_float_recipe_needs_no_quantize(tiny_hub: FakeHub, tiny_models_built: 
     pull.pull(r, paths.models_dir(), roles=("drafter", "tokenizer"))
     drafter.prepare(r, paths.models_dir())
     result = convert.convert(r, paths.models_dir())
-    assert result.intermediate is None and Path(result.gguf) == pull.layout(r, paths.models_dir()).drafter_gguf("F16")
+    f16 = layout.for_recipe(r, paths.models_dir()).drafter_gguf("F16")
+    assert result.intermediate is None and Path(result.gguf) == f16
     assert result.verified["file_type"] == 1 and set(result.verified["tensor_types"]) == {"F16", "F32"}
     # the same converter on the same checkpoint: the same tensors as the fixture's own conversion
     with GgufFile(Path(result.gguf)) as got, GgufFile(tiny_models_built.upstream_drafter_f16) as ref:
@@ -769,7 +770,7 @@ class TestSelfContainedDrafter:
 
     def test_converts_without_target_model_dir(self, converted: Converted, models: Path, converter_python: Path,
                                                tmp_path: Path):
-        lay = pull.layout(converted.recipe, models)
+        lay = layout.for_recipe(converted.recipe, models)
         out = tmp_path / "self-contained.gguf"
         convert.run_converter(converter_python, lay.drafter_dir, None, out, "bf16", tmp_path / "convert.log")
         with GgufFile(out) as f, GgufFile(lay.drafter_gguf()) as ref:
@@ -782,7 +783,7 @@ class TestSelfContainedDrafter:
 
     def test_a_folder_without_tokenizer_says_what_to_copy(self, converted: Converted, models: Path,
                                                           converter_python: Path, tmp_path: Path):
-        lay = pull.layout(converted.recipe, models)
+        lay = layout.for_recipe(converted.recipe, models)
         bare = tmp_path / "bare-drafter"
         bare.mkdir()
         for name in converted.recipe.drafter.files:

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from buun_tool.base.errors import UsageError
 from buun_tool.cli.app import app
-from buun_tool.formats import recipes
+from buun_tool.formats import layout, recipes
 from buun_tool.measure import fit_measure
 from buun_tool.pipeline import build
 from buun_tool.plan import context, fit
@@ -455,10 +455,9 @@ def test_the_context_choice_says_why(tmp_path: Path) -> None:
 
 def test_fit_weighs_the_models_in_the_folder_it_is_given(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
     """The pulled and converted GGUFs in --models-dir, else (an empty folder) the recipe's geometry."""
-    from buun_tool.pipeline import pull
 
     models = tmp_path / "models"
-    lay = pull.layout(recipes.load(), models)
+    lay = layout.for_recipe(recipes.load(), models)
     for made, there in zip(tiny_pair, (lay.target_gguf, lay.drafter_gguf()), strict=True):
         there.parent.mkdir(parents=True, exist_ok=True)
         there.symlink_to(made)
@@ -475,10 +474,9 @@ def test_fit_weighs_the_models_in_the_folder_it_is_given(tiny_pair: tuple[Path, 
 def test_fit_refuses_a_damaged_gguf_by_name(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
     """A target cut short (or with a header no writer makes) is a usage error naming the file and
     what to do, read by buun's own reader: gguf-py's raised a bare ValueError (a traceback)."""
-    from buun_tool.pipeline import pull
 
     models = tmp_path / "models"
-    lay = pull.layout(recipes.load(), models)
+    lay = layout.for_recipe(recipes.load(), models)
     lay.target_gguf.parent.mkdir(parents=True)
     lay.drafter_gguf().parent.mkdir(parents=True)
     lay.drafter_gguf().symlink_to(tiny_pair[1])

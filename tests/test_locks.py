@@ -17,8 +17,8 @@ import pytest
 
 from buun_tool.base import paths
 from buun_tool.base.errors import INTERRUPTED, Exit
-from buun_tool.formats import recipes
-from buun_tool.pipeline import build, patches, pull, vendor
+from buun_tool.formats import layout, recipes
+from buun_tool.pipeline import build, patches, vendor
 from tests.fake_llama import FakeProject, commit_change, hold_git_am, wait_for_file
 from tests.hub_server import FakeHub
 from tests.lock_holder import buun, env, finish, release, stderr_until
@@ -76,7 +76,7 @@ def test_two_pulls_download_a_file_once(hub: FakeHub, tmp_path: Path) -> None:  
     assert finish(first)[0] == 0
     code, err = finish(second, seen)
     assert code == 0 and err.count("(up to date)") == 3, err
-    target = pull.layout(recipes.load_file(recipe_file), paths.models_dir()).target_gguf
+    target = layout.for_recipe(recipes.load_file(recipe_file), paths.models_dir()).target_gguf
     assert hashlib.sha256(target.read_bytes()).hexdigest() == hub.repos[TARGET].files[GGUF].sha256()
     assert len(hub.requests("GET", "resolve")) == 9  # each file once
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from buun_tool.base import paths
 from buun_tool.base.errors import BuunError, Exit
 from buun_tool.cli.app import app
-from buun_tool.formats import recipes
+from buun_tool.formats import layout, recipes
 from buun_tool.pipeline import pull
 from tests.hub_server import Cut, FakeHub
 from tests.tiny_models import write_recipe
@@ -65,7 +65,7 @@ def _fail(recipe: recipes.Recipe, **kw) -> BuunError:
 class TestDownload:
     def test_pulls_every_role_into_its_folder_and_records_a_manifest(self, hub: FakeHub, recipe: recipes.Recipe):
         result = pull.pull(recipe, paths.models_dir())
-        lay = pull.layout(recipe, paths.models_dir())
+        lay = layout.for_recipe(recipe, paths.models_dir())
         assert lay.target_gguf == lay.target_dir / GGUF and lay.target_gguf.is_file()
         assert lay.drafter_dir.name == "z-lab--Qwen3.5-27B-DFlash"
         for role, spec in recipe.repos().items():
@@ -94,7 +94,7 @@ class TestDownload:
 
     def test_a_changed_local_file_is_fetched_again(self, hub: FakeHub, recipe: recipes.Recipe):
         pull.pull(recipe, paths.models_dir())
-        weights = pull.layout(recipe, paths.models_dir()).drafter_dir / "model.safetensors"
+        weights = layout.for_recipe(recipe, paths.models_dir()).drafter_dir / "model.safetensors"
         data = bytearray(weights.read_bytes())
         data[100] ^= 0xFF  # same size, other content
         weights.write_bytes(bytes(data))
@@ -107,7 +107,7 @@ class TestDownload:
         hub.repos[TARGET].gated = True
         monkeypatch.setenv("HF_TOKEN", "hf_test_token")
         pull.pull(recipe, paths.models_dir(), roles=("target",))
-        assert pull.layout(recipe, paths.models_dir()).target_gguf.is_file()
+        assert layout.for_recipe(recipe, paths.models_dir()).target_gguf.is_file()
         assert {r["auth"] for r in hub.requests(kind="resolve")} == {"Bearer hf_test_token"}
 
 
@@ -142,7 +142,7 @@ class TestErrors:
         monkeypatch.setenv("HF_ENDPOINT", hub.url.replace("http://", "http://me:sekrit@"))
         r = recipes.load_file(write_recipe(tmp_path / "r.yaml"))
         pull.pull(r, paths.models_dir(), roles=("target",))
-        manifest = pull.layout(r, paths.models_dir()).target_dir / pull.MANIFEST
+        manifest = layout.for_recipe(r, paths.models_dir()).target_dir / pull.MANIFEST
         assert json.loads(manifest.read_text())["endpoint"] == hub.url.replace("http://", "http://me:****@")
         gone = recipes.load_file(write_recipe(tmp_path / "g.yaml", drafter={"repo": "z-lab/No-Such-Drafter",
                                                                              "files": ["config.json"]}))
@@ -179,7 +179,7 @@ class TestErrors:
         hub.tampered[(DRAFTER, "model.safetensors")] = _bytes(good.size, 99)
         err = _fail(recipe, roles=("drafter",))
         assert err.exit_code == Exit.FAILED and "arrived corrupted" in err.message and "sha256" in err.message
-        folder = pull.layout(recipe, paths.models_dir()).drafter_dir
+        folder = layout.for_recipe(recipe, paths.models_dir()).drafter_dir
         assert not (folder / "model.safetensors").exists()
         assert list((folder / pull.PARTIAL_DIR).iterdir()) == []
         manifest = json.loads((folder / pull.MANIFEST).read_text())
@@ -213,7 +213,7 @@ class TestFullDisk:
 
     def test_writing_the_manifest_on_a_full_disk_is_a_clean_error(self, hub: FakeHub, recipe: recipes.Recipe):
         pull.pull(recipe, paths.models_dir(), roles=("drafter",))
-        folder = pull.layout(recipe, paths.models_dir()).drafter_dir
+        folder = layout.for_recipe(recipe, paths.models_dir()).drafter_dir
         manifest = (folder / pull.MANIFEST).read_text()
         tmp = folder / f".{pull.MANIFEST}.{os.getpid()}.tmp"  # where the next record is written first
         tmp.symlink_to("/dev/full")
@@ -226,7 +226,7 @@ class TestFullDisk:
         assert (folder / pull.MANIFEST).read_text() == manifest  # the previous record stays
 
     def test_the_disk_hint_names_buuns_own_stale_partial_files(self, hub: FakeHub, recipe: recipes.Recipe):
-        folder = pull.layout(recipe, paths.models_dir()).target_dir / pull.PARTIAL_DIR
+        folder = layout.for_recipe(recipe, paths.models_dir()).target_dir / pull.PARTIAL_DIR
         folder.mkdir(parents=True)
         old = folder / f"{GGUF}.0123456789abcdef.part"  # an older version of the file, never to be resumed
         old.write_bytes(_bytes(1_500_000, 7))
@@ -242,7 +242,7 @@ class TestFullDisk:
         assert err.exit_code == Exit.NETWORK
         assert "sent more of z-lab/Qwen3.5-27B-DFlash/model.safetensors than the 500000 bytes it announced" \
             in err.message
-        partial = pull.layout(recipe, paths.models_dir()).drafter_dir / pull.PARTIAL_DIR
+        partial = layout.for_recipe(recipe, paths.models_dir()).drafter_dir / pull.PARTIAL_DIR
         assert not partial.exists() or list(partial.iterdir()) == []
 
 
@@ -256,7 +256,7 @@ class TestResume:
         assert len(gets) == 2 and gets[0]["range"] is None
         resumed_at = int(gets[1]["range"].removeprefix("bytes=").rstrip("-"))
         assert 0 < resumed_at <= 15 << 20
-        assert pull.layout(recipe, paths.models_dir()).target_gguf.read_bytes() == big
+        assert layout.for_recipe(recipe, paths.models_dir()).target_gguf.read_bytes() == big
 
     def test_an_interrupted_run_resumes_from_its_partial_file(self, hub: FakeHub, recipe: recipes.Recipe):
         big = _bytes(24 << 20, 8)
@@ -264,7 +264,7 @@ class TestResume:
         hub.cuts[(TARGET, GGUF)] = Cut(after=15 << 20, then_status=503, then_times=1)
         err = _fail(recipe, roles=("target",))
         assert err.exit_code == Exit.NETWORK and "HTTP 503" in err.message
-        parts = list((pull.layout(recipe, paths.models_dir()).target_dir / pull.PARTIAL_DIR).glob("*.part"))
+        parts = list((layout.for_recipe(recipe, paths.models_dir()).target_dir / pull.PARTIAL_DIR).glob("*.part"))
         assert len(parts) == 1
         kept = parts[0].stat().st_size
         assert 0 < kept < len(big)
@@ -272,7 +272,7 @@ class TestResume:
         pull.pull(recipe, paths.models_dir(), roles=("target",))
         gets = hub.requests("GET", "resolve")
         assert [g["range"] for g in gets] == [f"bytes={kept}-"]
-        assert pull.layout(recipe, paths.models_dir()).target_gguf.read_bytes() == big
+        assert layout.for_recipe(recipe, paths.models_dir()).target_gguf.read_bytes() == big
         assert not parts[0].exists()
 
 
@@ -305,7 +305,7 @@ class TestCli:
     def test_pull_only_some_roles(self, hub: FakeHub, recipe: recipes.Recipe):
         res = CliRunner().invoke(app, ["pull", str(recipe.source), "--only", "drafter,tokenizer"])
         assert res.exit_code == 0, res.output
-        assert not pull.layout(recipe, paths.models_dir()).target_dir.exists()
+        assert not layout.for_recipe(recipe, paths.models_dir()).target_dir.exists()
         assert hub.requests(kind="api") and all(TARGET not in r["path"] for r in hub.log)
 
     def test_unknown_role(self, recipe: recipes.Recipe):
@@ -328,6 +328,6 @@ def test_models_dir_option_then_env_then_default(recipe: recipes.Recipe, tmp_pat
     assert paths.models_dir(Path("rel")) == tmp_path / "rel"  # absolute: a unit or a supervisor runs elsewhere
     monkeypatch.delenv("BUUN_MODELS_DIR")
     assert paths.models_dir() == paths.data_dir() / "models"
-    lay = pull.layout(recipe, tmp_path)
+    lay = layout.for_recipe(recipe, tmp_path)
     assert lay.drafter_gguf() == tmp_path / "gguf" / "tiny-dflash" / "Qwen3.5-27B-DFlash-Q4_K_M.gguf"
     assert lay.drafter_gguf("bf16").name == "Qwen3.5-27B-DFlash-BF16.gguf"

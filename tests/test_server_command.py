@@ -17,7 +17,7 @@ from buun_tool.base import cmdline, command, paths
 from buun_tool.base.command import canonical, merge, parse_args, recipe_flags
 from buun_tool.base.errors import NotReadyError, UsageError
 from buun_tool.cli.app import app
-from buun_tool.formats import recipes
+from buun_tool.formats import layout, recipes
 from buun_tool.server import spec
 
 
@@ -209,13 +209,12 @@ class TestPolicy:
 
 def test_default_models_says_what_to_run() -> None:
     from buun_tool.formats import recipes
-    from buun_tool.pipeline import pull
 
     recipe = recipes.load()
     with pytest.raises(NotReadyError) as exc:
         spec.default_models(recipe, paths.models_dir())
     assert "buun pull" in str(exc.value.hint)
-    target = pull.layout(recipe, paths.models_dir()).target_gguf  # pulled, but the drafter not converted yet
+    target = layout.for_recipe(recipe, paths.models_dir()).target_gguf  # pulled, but the drafter not converted yet
     target.parent.mkdir(parents=True)
     target.write_bytes(b"GGUF")
     with pytest.raises(NotReadyError) as exc:

@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from buun_tool.cli.app import app
+from buun_tool.formats import layout
 from buun_tool.server import service
 from buun_tool.server.instance import Instance
 from buun_tool.server.process import free_port
@@ -175,10 +176,10 @@ def test_the_unit_serves_the_recipe_models_from_the_folder_resolved_at_install(
     """Without --model/--draft the unit runs the recipe's models from the folder this command
     resolved (option or BUUN_MODELS_DIR), not whatever its environment says later."""
     from buun_tool.formats import recipes
-    from buun_tool.pipeline import convert, pull
+    from buun_tool.pipeline import convert
 
     models = tmp_path / "models"
-    lay = pull.layout(recipes.load(), models)
+    lay = layout.for_recipe(recipes.load(), models)
     for f in (lay.target_gguf, lay.drafter_gguf(), convert.provenance_path(lay.drafter_gguf())):
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_bytes(b"GGUF")

@@ -23,8 +23,8 @@ import requests
 import yaml
 
 from buun_tool.base import paths
-from buun_tool.formats import recipes
-from buun_tool.pipeline import build, pull
+from buun_tool.formats import layout, recipes
+from buun_tool.pipeline import build
 from buun_tool.server import control
 from buun_tool.server.instance import Instance, all_instances
 from buun_tool.server.process import free_port
@@ -130,7 +130,7 @@ def test_interrupted_conversion_resumes(setup_env: tuple[Path, int]) -> None:
     os.killpg(proc.pid, signal.SIGKILL)  # power loss: setup and the converter die at once
     proc.wait()
     recipe = recipes.load_file(recipe_file)
-    final = pull.layout(recipe, paths.models_dir()).drafter_gguf()
+    final = layout.for_recipe(recipe, paths.models_dir()).drafter_gguf()
     assert not final.exists()  # nothing half-written under the final name
 
     again = run_setup(recipe_file, port)
@@ -178,7 +178,7 @@ def test_dry_run_changes_nothing(setup_env: tuple[Path, int]) -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     assert "to download" in out.stdout and "server command:" in out.stdout and "--spec-type dflash" in out.stdout
     recipe = recipes.load_file(recipe_file)
-    assert not pull.layout(recipe, paths.models_dir()).target_gguf.exists()
+    assert not layout.for_recipe(recipe, paths.models_dir()).target_gguf.exists()
     assert not all_instances()
 
 
@@ -300,7 +300,7 @@ def test_one_models_folder_from_setup_to_serve_and_restart(setup_env: tuple[Path
     models = tmp_path / "elsewhere" / "models"
     first = run_setup(recipe_file, port, "--models-dir", str(models))
     assert first.returncode == 0, first.stderr[-3000:]
-    made = pull.layout(recipe, models)
+    made = layout.for_recipe(recipe, models)
     assert made.target_gguf.is_file() and made.drafter_gguf().is_file()
     assert not paths.models_dir().exists()  # nothing went to the default folder
     _buun("stop", "--all")
@@ -316,7 +316,7 @@ def test_one_models_folder_from_setup_to_serve_and_restart(setup_env: tuple[Path
     _buun("restart", "by-option", "--models-dir", str(copy))  # a stopped instance, from another folder
     try:
         spec = Instance("by-option").read_spec()
-        assert spec is not None and spec["draft"] == str(pull.layout(recipe, copy).drafter_gguf())
+        assert spec is not None and spec["draft"] == str(layout.for_recipe(recipe, copy).drafter_gguf())
         assert control.status(Instance("by-option")).state == "ready"
     finally:
         _buun("stop", "by-option")

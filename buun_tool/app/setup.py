@@ -21,6 +21,7 @@ import requests
 
 from buun_tool.base import command, console, nvidia
 from buun_tool.base.errors import BuunError, Exit, NotReadyError, UsageError
+from buun_tool.formats import layout
 from buun_tool.formats.recipes import Recipe
 from buun_tool.pipeline import build, doctor, drafter, patches, pull, vendor
 from buun_tool.pipeline import convert as convert_stage
@@ -47,8 +48,8 @@ class Context:
     verbose: bool = False  # stages name what they did one by one (the patch stage: each patch)
 
     @property
-    def layout(self) -> pull.Layout:
-        return pull.layout(self.recipe, self.models_dir)
+    def layout(self) -> layout.Layout:
+        return layout.for_recipe(self.recipe, self.models_dir)
 
 
 @dataclass(frozen=True)

@@ -38,10 +38,11 @@ from buun_tool.base import console, locks, paths
 from buun_tool.base.errors import DISK_FULL, BuunError, CommandError, Exit, NotReadyError, UsageError, disk_full
 from buun_tool.base.fsutil import clear_leftovers, open_private, private_dir, replaced, sha256_file, write_json_atomic
 from buun_tool.base.proc import run_logged
+from buun_tool.formats import layout
 from buun_tool.formats.gguf_tools import GLOBAL_TENSORS, LAYER_TENSORS, OPTIONAL_TENSORS, GgufFile
 from buun_tool.formats.recipes import Recipe
 from buun_tool.pipeline import build, drafter, vendor
-from buun_tool.pipeline.pull import DISK_RESERVE, Layout, disk_hint, layout, require_pulled, unchanged
+from buun_tool.pipeline.pull import DISK_RESERVE, disk_hint, require_pulled, unchanged
 from buun_tool.pipeline.stage import StageStatus, current, stale
 
 # The converter's dependencies. Its own requirements file pins torch 2.11 from the PyTorch CPU
@@ -140,13 +141,13 @@ def _make_env(env: Path, python: Path) -> None:
 
 # --- small helpers --------------------------------------------------------------------------
 
-def space_needed(lay: Layout, recipe: Recipe) -> int:
+def space_needed(lay: layout.Layout, recipe: Recipe) -> int:
     """Room for the intermediate (about the checkpoint's size) and the quantized file."""
     weights = sum((lay.drafter_dir / f).stat().st_size for f in recipe.drafter.files)
     return weights * (1 if recipe.quantize in FLOAT_TYPES else 2) + DISK_RESERVE
 
 
-def check_disk(lay: Layout, recipe: Recipe) -> None:
+def check_disk(lay: layout.Layout, recipe: Recipe) -> None:
     need = space_needed(lay, recipe)
     where = lay.gguf_dir if lay.gguf_dir.exists() else lay.root
     free = shutil.disk_usage(where).free
@@ -230,7 +231,7 @@ def _writing(tmp: Path, final: Path, what: str, child: Callable[[], None]) -> No
         raise _NoRoom(full, what, final) from None
 
 
-def _disk_full(exc: _NoRoom, lay: Layout, recipe: Recipe, log: Path) -> BuunError:
+def _disk_full(exc: _NoRoom, lay: layout.Layout, recipe: Recipe, log: Path) -> BuunError:
     """pull's message for a full disk: where, how much is needed and free, what to delete. Made
     once the half-written file is gone, so the free space is what the user has."""
     if exc.error.errno == errno.EFBIG:
@@ -356,7 +357,7 @@ def _sources(recipe: Recipe, models_dir: Path, rehash: bool) -> dict[str, Any]:
         raise NotReadyError("source files changed on disk since `buun pull` verified them:\n  " + "\n  ".join(changed),
                             f"run `buun pull --verify {recipe.name}` (it downloads them again), "
                             f"then `buun convert {recipe.name}`")
-    drafter_dir = layout(recipe, models_dir).drafter_dir  # the converter reads the tokenizer's copies there
+    drafter_dir = layout.for_recipe(recipe, models_dir).drafter_dir  # the converter reads the tokenizer's copies there
     stale = [str(drafter_dir / n) for n in recipe.tokenizer.files
              if sha256_file(drafter_dir / n) != out["tokenizer"]["files"].get(n)]
     if stale:
@@ -369,7 +370,7 @@ def _sources(recipe: Recipe, models_dir: Path, rehash: bool) -> dict[str, Any]:
 def _read_by_converter(recipe: Recipe, models_dir: Path) -> list[Path]:
     """Every file the converter reads: the drafter's, the tokenizer's (--target-model-dir) and the
     drafter folder's copies of the tokenizer files (drafter.check_folder refuses any other)."""
-    lay = layout(recipe, models_dir)
+    lay = layout.for_recipe(recipe, models_dir)
     return [*(lay.drafter_dir / n for n in recipe.drafter.files),
             *(lay.tokenizer_dir / n for n in recipe.repos()["tokenizer"].files),
             *(lay.drafter_dir / n for n in recipe.tokenizer.files)]
@@ -393,7 +394,7 @@ def _check_sources_kept(recipe: Recipe, models_dir: Path, before: dict[Path, tup
     """After the converter ran: the files it read are the ones hashed before it started, by their
     stat and by their bytes hashed again, and no file it would also read appeared. Else its GGUF
     is of bytes the record would not name: refused."""
-    lay = layout(recipe, models_dir)
+    lay = layout.for_recipe(recipe, models_dir)
     want = {lay.drafter_dir / n: h for n, h in sources["drafter"]["files"].items()}
     want |= {lay.tokenizer_dir / n: h for n, h in sources["tokenizer"]["files"].items()}
     want |= {lay.drafter_dir / n: sources["tokenizer"]["files"].get(n) for n in recipe.tokenizer.files}
@@ -455,7 +456,7 @@ def _expected_inputs(recipe: Recipe, models_dir: Path, facts: dict[str, Any]) ->
 
 def _judge(recipe: Recipe, models_dir: Path, facts: dict[str, Any]) -> tuple[StageStatus, dict[str, Any] | None]:
     """The stage's status and, when current, the final GGUF's provenance record."""
-    final = layout(recipe, models_dir).drafter_gguf()
+    final = layout.for_recipe(recipe, models_dir).drafter_gguf()
     record, why = _intact(final)
     if record is None:
         return stale(why), None
@@ -530,7 +531,7 @@ def _record(gguf: Path, kind: str, inputs: dict[str, Any], **extra: Any) -> dict
             **extra, "inputs": inputs}
 
 
-def _convert_to(lay: Layout, python: Path, final: Path, outtype: str, log: Path, kept: Callable[[], None],
+def _convert_to(lay: layout.Layout, python: Path, final: Path, outtype: str, log: Path, kept: Callable[[], None],
                 facts: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """Run the converter into a temporary name; check that its sources stayed as hashed (`kept`);
     verify it when `facts` are given (the file is the final one); rename it into place only then."""
@@ -551,7 +552,7 @@ def _quantize_to(src: Path, final: Path, quant: str, facts: dict[str, Any], log:
     return report
 
 
-def _produce(lay: Layout, recipe: Recipe, facts: dict[str, Any], python: Path, inputs: dict[str, Any],
+def _produce(lay: layout.Layout, recipe: Recipe, facts: dict[str, Any], python: Path, inputs: dict[str, Any],
              log: Path, force: bool, kept: Callable[[], None]) -> tuple[dict[str, Any], Path | None]:
     """The GGUF(s): (verification report, intermediate file or None). A current intermediate
     (same sources, converter and patches) is reused: a new quant type only re-quantizes."""
@@ -586,7 +587,7 @@ def convert(recipe: Recipe, models_dir: Path, force: bool = False,
             return _convert(recipe, models_dir, force, keep_intermediate)
 
 
-def _up_to_date(lay: Layout, record: dict[str, Any]) -> ConvertResult:
+def _up_to_date(lay: layout.Layout, record: dict[str, Any]) -> ConvertResult:
     final = lay.drafter_gguf()
     console.ok(f"{final.name} is up to date ({final})")
     kept = record.get("intermediate")
@@ -597,7 +598,7 @@ def _up_to_date(lay: Layout, record: dict[str, Any]) -> ConvertResult:
 def _finished(recipe: Recipe, models_dir: Path, force: bool, unwritable: OSError) -> ConvertResult:
     """`buun convert` in a models folder this process cannot write (a read-only mount, another
     user's folder): the GGUF when it is current, as a convert says it; else why nothing is done."""
-    lay = layout(recipe, models_dir)
+    lay = layout.for_recipe(recipe, models_dir)
     try:
         facts = drafter.check_folder(recipe, models_dir)
         status, record = (stale("--force"), None) if force else _judge(recipe, models_dir, facts)
@@ -614,7 +615,7 @@ def _finished(recipe: Recipe, models_dir: Path, force: bool, unwritable: OSError
 def _convert(recipe: Recipe, models_dir: Path, force: bool, keep_intermediate: bool) -> ConvertResult:
     t0 = time.monotonic()
     facts = drafter.check_folder(recipe, models_dir)
-    lay = layout(recipe, models_dir)
+    lay = layout.for_recipe(recipe, models_dir)
     final = lay.drafter_gguf()
     status, record = _judge(recipe, models_dir, facts) if not force else (stale("--force"), None)
     if record is not None:
@@ -666,7 +667,7 @@ def _amount(n: int) -> str:
 
 def require_converted(recipe: Recipe, models_dir: Path) -> Path:
     """For later stages (serve): the verified drafter GGUF, or an error saying to convert."""
-    final = layout(recipe, models_dir).drafter_gguf()
+    final = layout.for_recipe(recipe, models_dir).drafter_gguf()
     if not final.is_file() or not provenance_path(final).is_file():
         raise NotReadyError(f"the drafter GGUF {final} does not exist yet", f"run `buun convert {recipe.name}`")
     return final

@@ -24,8 +24,9 @@ from typing import Any
 from buun_tool.base import console, locks
 from buun_tool.base.errors import BuunError, NotReadyError, UsageError
 from buun_tool.base.fsutil import clear_leftovers, replaced
+from buun_tool.formats import layout
 from buun_tool.formats.recipes import Recipe, is_index, shown
-from buun_tool.pipeline.pull import MANIFEST, layout, require_pulled
+from buun_tool.pipeline.pull import MANIFEST, require_pulled
 from buun_tool.pipeline.stage import StageStatus, current, stale
 
 DRAFTER_ARCHITECTURES = ("DFlashDraftModel", "DFlash2DraftModel")
@@ -203,7 +204,7 @@ def check_readable(recipe: Recipe, models_dir: Path) -> None:
     """The drafter folder's JSON files parse and its safetensors headers are whole: a broken file
     (from a repo, or changed on disk) is named here, before the converter's environment is made,
     not in the converter's traceback. Every problem at once."""
-    folder = layout(recipe, models_dir).drafter_dir
+    folder = layout.for_recipe(recipe, models_dir).drafter_dir
     problems = []
     for name in dict.fromkeys((*recipe.drafter.files, *recipe.tokenizer.files)):
         path = folder / name
@@ -295,7 +296,7 @@ def stage_status(recipe: Recipe, models_dir: Path) -> StageStatus:
         check_folder(recipe, models_dir)
     except BuunError as exc:
         return stale(exc.message)
-    lay = layout(recipe, models_dir)
+    lay = layout.for_recipe(recipe, models_dir)
     differ = [n for n in tokenizer_files(recipe)
               if not filecmp.cmp(lay.tokenizer_dir / n, lay.drafter_dir / n, shallow=False)]
     if differ:
@@ -322,7 +323,7 @@ def _ready(recipe: Recipe, models_dir: Path, unwritable: OSError) -> DrafterFold
                          f"written: {unwritable.strerror} ({unwritable.filename})",
                          "make the models folder writable, or give a writable one (--models-dir, BUUN_MODELS_DIR), "
                          "then run the same command again")
-    lay = layout(recipe, models_dir)
+    lay = layout.for_recipe(recipe, models_dir)
     facts = check_folder(recipe, models_dir)
     check_readable(recipe, models_dir)
     console.ok(f"drafter folder ready: {lay.drafter_dir} (tokenizer files already there)")
@@ -348,7 +349,7 @@ def stray_files(recipe: Recipe, models_dir: Path) -> list[Path]:
     """What the drafter and tokenizer folders hold besides the recipe's files and buun's own (its
     manifest; hidden names: partial downloads, copies being written). The converter would read
     such a file (a shard and its index, a chat template) without the provenance record naming it."""
-    lay = layout(recipe, models_dir)
+    lay = layout.for_recipe(recipe, models_dir)
     named = {lay.drafter_dir: (*recipe.drafter.files, *recipe.tokenizer.files),
              lay.tokenizer_dir: recipe.repos()["tokenizer"].files}
     stray = []
@@ -362,7 +363,7 @@ def stray_files(recipe: Recipe, models_dir: Path) -> list[Path]:
 def check_folder(recipe: Recipe, models_dir: Path) -> dict[str, Any]:
     """For `convert`: every file present, none the recipe does not name, and the pair consistent;
     returns the drafter facts."""
-    lay = layout(recipe, models_dir)
+    lay = layout.for_recipe(recipe, models_dir)
     need = [lay.drafter_dir / f for f in (*recipe.drafter.files, *recipe.tokenizer.files)]
     need.append(lay.tokenizer_dir / recipe.target_config)
     need += [lay.tokenizer_dir / f for f in recipe.tokenizer.files]

@@ -1,6 +1,6 @@
 """Stage: download the recipe's repos (target GGUF, drafter checkpoint, tokenizer) from the Hub.
 
-Every repo lands in `models_dir/<role>/<owner>--<name>/`; `layout()` is the one place that
+Every repo lands in `models_dir/<role>/<owner>--<name>/`; formats/layout.py is the one place that
 knows those folders and the converted files' names, so later stages never build model paths.
 
 Before a byte is fetched, each repo is asked for its commit and file list (sizes, LFS sha256):
@@ -47,6 +47,7 @@ from buun_tool.base import console, locks
 from buun_tool.base.cmdline import without_password
 from buun_tool.base.errors import DISK_FULL, BuunError, Exit, NotReadyError
 from buun_tool.base.fsutil import write_json_atomic
+from buun_tool.formats import layout
 from buun_tool.formats.recipes import Recipe, RepoSpec, is_index
 from buun_tool.pipeline import stage
 
@@ -58,47 +59,6 @@ DISK_RESERVE = 256 * 2**20
 
 
 # --- where models live ----------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Layout:
-    """The on-disk places of one recipe's models."""
-
-    root: Path
-    target_dir: Path
-    drafter_dir: Path
-    tokenizer_dir: Path
-    target_gguf: Path
-    gguf_dir: Path  # the converted drafter and its provenance record
-    drafter_stem: str
-    quant: str
-
-    def role_dir(self, role: str) -> Path:
-        return {"target": self.target_dir, "drafter": self.drafter_dir, "tokenizer": self.tokenizer_dir}[role]
-
-    def drafter_gguf(self, quant: str | None = None) -> Path:
-        """The converted drafter: the recipe's quant, or another type (F16, BF16) when given."""
-        return self.gguf_dir / f"{self.drafter_stem}-{(quant or self.quant).upper()}.gguf"
-
-
-def repo_folder(repo: str) -> str:
-    return repo.replace("/", "--")
-
-
-def layout(recipe: Recipe, models_dir: Path) -> Layout:
-    """Where `recipe`'s models lie in `models_dir` (the folder the command resolved: paths.models_dir)."""
-    root = models_dir
-    dirs = {role: root / role / repo_folder(spec.repo) for role, spec in recipe.repos().items()}
-    return Layout(
-        root=root,
-        target_dir=dirs["target"],
-        drafter_dir=dirs["drafter"],
-        tokenizer_dir=dirs["tokenizer"],
-        target_gguf=dirs["target"] / recipe.target_gguf,
-        gguf_dir=root / "gguf" / recipe.name,
-        drafter_stem=recipe.drafter.repo.split("/")[1],
-        quant=recipe.quantize,
-    )
-
 
 # --- the manifest ---------------------------------------------------------------------------
 
@@ -112,7 +72,7 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
 
 def require_pulled(recipe: Recipe, role: str, models_dir: Path) -> tuple[Path, dict[str, Any]]:
     """For later stages: a role's folder and manifest, or an error saying to pull."""
-    folder = layout(recipe, models_dir).role_dir(role)
+    folder = layout.for_recipe(recipe, models_dir).role_dir(role)
     manifest = read_manifest(folder)
     spec = recipe.repos()[role]
     missing = [f for f in spec.files if manifest is None or f not in manifest["files"]
@@ -126,7 +86,7 @@ def require_pulled(recipe: Recipe, role: str, models_dir: Path) -> tuple[Path, d
 def stage_status(recipe: Recipe, models_dir: Path) -> stage.StageStatus:
     """The pull stage's own answer, from its manifests (the Hub is not asked): current when every
     role's folder holds the recipe's repo and revision, each file as `pull` verified it."""
-    lay = layout(recipe, models_dir)
+    lay = layout.for_recipe(recipe, models_dir)
     for role, spec in recipe.repos().items():
         folder = lay.role_dir(role)
         manifest = read_manifest(folder)
@@ -553,7 +513,7 @@ def pull(recipe: Recipe, models_dir: Path, roles: tuple[str, ...] = ROLES,
 
 def _pull(recipe: Recipe, models_dir: Path, roles: tuple[str, ...], verify: bool,
           on_plan: Callable[[list[RepoPlan]], None] | None) -> PullResult:
-    lay = layout(recipe, models_dir)
+    lay = layout.for_recipe(recipe, models_dir)
     if hub_offline():
         results = [_offline_result(recipe, role, lay.role_dir(role)) for role in roles]
         console.ok(f"offline: all files of {recipe.name} are on disk in {lay.root}")

@@ -44,7 +44,7 @@ from typing import Any
 
 from buun_tool.base import command
 from buun_tool.base.errors import UsageError
-from buun_tool.formats import gguf_tools, model_plan
+from buun_tool.formats import gguf_tools, layout, model_plan
 from buun_tool.formats.recipes import MAX_SLOTS, DrafterGeometry, Recipe, TargetGeometry
 
 MIB = 2**20
@@ -231,9 +231,8 @@ def _read_tensors(path: str, size: int, mtime_ns: int) -> tuple[tuple[str, int],
 def default_weights(recipe: Recipe, models_dir: Path, target_type: str | None = None,
                     draft_type: str = "q4_k") -> Weights:
     """The pulled GGUFs' tensors when both are in `models_dir`, else the recipe geometry at its quant."""
-    from buun_tool.pipeline import pull
 
-    lay = pull.layout(recipe, models_dir)
+    lay = layout.for_recipe(recipe, models_dir)
     drafter = lay.drafter_gguf()
     if target_type is None and lay.target_gguf.is_file() and drafter.is_file():
         return weights_from_files(lay.target_gguf, drafter)

@@ -14,8 +14,8 @@ from typing import Any
 from buun_tool.base import command, console, nvidia, paths
 from buun_tool.base.command import Flag
 from buun_tool.base.errors import BuunError, NotReadyError, UsageError
-from buun_tool.formats import gguf_tools, recipes
-from buun_tool.pipeline import build, convert, patches, pull
+from buun_tool.formats import gguf_tools, layout, recipes
+from buun_tool.pipeline import build, convert, patches
 from buun_tool.plan import context, devices, fit
 from buun_tool.server import addresses, rpc
 
@@ -26,7 +26,7 @@ API_KEY_ENV = "BUUN_API_KEY"  # where buun itself takes the key from (besides --
 
 def default_paths(recipe: recipes.Recipe, models_dir: Path) -> tuple[Path, Path]:
     """Where the model pipeline puts the (target, drafter) GGUFs of `recipe`, made yet or not."""
-    lay = pull.layout(recipe, models_dir)
+    lay = layout.for_recipe(recipe, models_dir)
     return lay.target_gguf, lay.drafter_gguf()
 
 
