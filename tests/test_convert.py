@@ -222,7 +222,7 @@ class TestDrafterFolder:
         assert res.exit_code == Exit.USAGE, res.output
         bad = lay.drafter_dir / name
         assert "files the converter cannot read" in _flat(res.output) and f"{bad}" in _flat(res.output)
-        assert message in _flat(res.output) and "buun pull --verify tiny-dflash" in _flat(res.output)
+        assert message in _flat(res.output) and f"buun pull --verify {pulled.ref}" in _flat(res.output)
         monkeypatch.setattr(convert, "converter_python", lambda *a: pytest.fail("the converter was set up"))
         with pytest.raises(UsageError, match="files the converter cannot read"):
             convert.convert(pulled, paths.models_dir())
@@ -495,7 +495,7 @@ class TestConvert:
         assert res.exit_code == Exit.NOT_READY, res.output
         out = "".join(res.output.split())  # rich wraps long paths anywhere
         assert "sourcefileschangedondisksince`buunpull`verifiedthem" in out and str(weights) in out
-        assert "run`buunpull--verifytiny-dflash`" in out
+        assert f"run`buunpull--verify{converted.recipe.ref}`" in out  # named as the user gave it
         assert {p.name: _sha(p) for p in lay.gguf_dir.iterdir()} == before
         res = CliRunner().invoke(app, ["pull", *args, "--only", "drafter,tokenizer", "--verify"])
         assert res.exit_code == 0, res.output
@@ -539,7 +539,7 @@ class TestConvert:
         assert res.exit_code == Exit.NOT_READY, res.output
         out = "".join(res.output.split())  # rich wraps long paths anywhere
         assert "theconverter'ssourceschangedwhileitreadthem" in out and f"{weights}(changed)" in out, res.output
-        assert "run`buunpull--verifytiny-dflash`" in out
+        assert f"run`buunpull--verify{converted.recipe.ref}`" in out
         assert {p.name: _sha(p) for p in lay.gguf_dir.iterdir()} == before  # no GGUF or record of those bytes
         monkeypatch.delenv("BUUN_CONVERTER_PYTHON")
         res = CliRunner().invoke(app, ["pull", *args, "--only", "drafter,tokenizer", "--verify"])

@@ -355,15 +355,15 @@ def _sources(recipe: Recipe, models_dir: Path, rehash: bool) -> dict[str, Any]:
                      "files": files}
     if changed:
         raise NotReadyError("source files changed on disk since `buun pull` verified them:\n  " + "\n  ".join(changed),
-                            f"run `buun pull --verify {recipe.name}` (it downloads them again), "
-                            f"then `buun convert {recipe.name}`")
+                            f"run `buun pull --verify {recipe.ref}` (it downloads them again), "
+                            f"then `buun convert {recipe.ref}`")
     drafter_dir = layout.for_recipe(recipe, models_dir).drafter_dir  # the converter reads the tokenizer's copies there
     stale = [str(drafter_dir / n) for n in recipe.tokenizer.files
              if sha256_file(drafter_dir / n) != out["tokenizer"]["files"].get(n)]
     if stale:
         raise NotReadyError("the drafter folder's copies of the tokenizer files differ from the tokenizer's:\n  "
                             + "\n  ".join(stale),
-                            f"run `buun drafter {recipe.name}`, then `buun convert {recipe.name}`")
+                            f"run `buun drafter {recipe.ref}`, then `buun convert {recipe.ref}`")
     return out
 
 
@@ -408,8 +408,8 @@ def _check_sources_kept(recipe: Recipe, models_dir: Path, before: dict[Path, tup
             "previous one is kept:\n  " + "\n  ".join([*(f"{f} (changed)" for f in changed),
                                                          *(f"{f} (appeared)" for f in stray)]),
             ("move the files that appeared out of the folder; " if stray else "")
-            + f"run `buun pull --verify {recipe.name}` (it downloads a changed file again) and "
-              f"`buun drafter {recipe.name}`, then `buun convert {recipe.name}`")
+            + f"run `buun pull --verify {recipe.ref}` (it downloads a changed file again) and "
+              f"`buun drafter {recipe.ref}`, then `buun convert {recipe.ref}`")
 
 
 def conversion_inputs(recipe: Recipe, models_dir: Path, python: Path, outtype: str,
@@ -669,5 +669,5 @@ def require_converted(recipe: Recipe, models_dir: Path) -> Path:
     """For later stages (serve): the verified drafter GGUF, or an error saying to convert."""
     final = layout.for_recipe(recipe, models_dir).drafter_gguf()
     if not final.is_file() or not provenance_path(final).is_file():
-        raise NotReadyError(f"the drafter GGUF {final} does not exist yet", f"run `buun convert {recipe.name}`")
+        raise NotReadyError(f"the drafter GGUF {final} does not exist yet", f"run `buun convert {recipe.ref}`")
     return final

@@ -214,8 +214,8 @@ def check_readable(recipe: Recipe, models_dir: Path) -> None:
             problems.append(problem)
     if problems:
         raise UsageError("the drafter folder has files the converter cannot read:\n  " + "\n  ".join(problems),
-                         f"`buun pull --verify {recipe.name}` downloads a file that changed on disk again (then "
-                         f"`buun drafter {recipe.name}`); if the repo's own file is broken, pick another revision "
+                         f"`buun pull --verify {recipe.ref}` downloads a file that changed on disk again (then "
+                         f"`buun drafter {recipe.ref}`); if the repo's own file is broken, pick another revision "
                          "in the recipe")
 
 
@@ -370,7 +370,7 @@ def check_folder(recipe: Recipe, models_dir: Path) -> dict[str, Any]:
     missing = [str(p) for p in need if not p.is_file()]
     if missing:
         raise NotReadyError("the drafter folder is incomplete, missing:\n  " + "\n  ".join(missing),
-                            f"run `buun pull {recipe.name}` and `buun drafter {recipe.name}`")
+                            f"run `buun pull {recipe.ref}` and `buun drafter {recipe.ref}`")
     stray = stray_files(recipe, models_dir)
     if stray:
         raise UsageError("the model folders hold files the recipe does not name:\n  " + "\n  ".join(map(str, stray))
@@ -379,7 +379,7 @@ def check_folder(recipe: Recipe, models_dir: Path) -> dict[str, Any]:
                          "tokens): the GGUF would be made from files nothing checked",
                          "move them out of these folders (`buun pull` puts only the recipe's files there); to "
                          f"convert with them, name them in {recipe.source} (drafter.files or tokenizer.files) and "
-                         f"run `buun pull {recipe.name}`")
+                         f"run `buun pull {recipe.ref}`")
     drafter_cfg_path = lay.drafter_dir / "config.json"
     target_cfg_path = lay.tokenizer_dir / recipe.target_config
     drafter_cfg = read_config(drafter_cfg_path, "the drafter config")
