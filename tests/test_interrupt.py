@@ -54,21 +54,26 @@ def _exit_status(pid: int, timeout: float, seen: str) -> int:
     return os.waitstatus_to_exitcode(done[1])
 
 
-def test_ctrl_c_at_the_setup_prompt(tmp_path: Path) -> None:
-    """The terminal's ^C (SIGINT to the foreground group) while `buun setup` asks to confirm."""
-    recipe = write_recipe(tmp_path / "tiny.yaml")
+def _at_the_setup_prompt(recipe: Path, keys: bytes, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """`buun setup` on a terminal of its own (a session, like a shell's foreground job): `keys`
+    typed at its confirmation prompt; its exit code and what it printed after the prompt."""
     pid, fd = pty.fork()
-    if pid == 0:  # the child: a session on the new terminal, like a shell's foreground job
+    if pid == 0:
         os.execvpe(sys.executable, [sys.executable, "-m", "buun_tool", "setup", "--recipe-file", str(recipe),
-                                    "--cpu"], _env())
+                                    "--cpu"], {**_env(), **(env or {})})
     try:
         prompt = _read_until(fd, b"Set up", 120)
         assert b"Set up" in prompt, prompt.decode(errors="replace")
-        os.write(fd, b"\x03")
+        os.write(fd, keys)
         rest = _read_until(fd, b"\x00never", 60).decode(errors="replace")
-        status = _exit_status(pid, 60, rest)
+        return _exit_status(pid, 60, rest), rest
     finally:
         os.close(fd)
+
+
+def test_ctrl_c_at_the_setup_prompt(tmp_path: Path) -> None:
+    """The terminal's ^C (SIGINT to the foreground group) while `buun setup` asks to confirm."""
+    status, rest = _at_the_setup_prompt(write_recipe(tmp_path / "tiny.yaml"), b"\x03")
     assert status == 130, rest
     assert INTERRUPTED in rest and "Traceback" not in rest and "Aborted" not in rest
 
@@ -76,22 +81,10 @@ def test_ctrl_c_at_the_setup_prompt(tmp_path: Path) -> None:
 def test_no_at_the_setup_prompt_is_a_choice(tmp_path: Path) -> None:
     """Answering "n" when `buun setup` asks printed "error: cancelled" and exited 130, as for a
     Ctrl-C: it is a choice, said as one, exit 0, and nothing is made."""
-    recipe = write_recipe(tmp_path / "tiny.yaml")
     home = tmp_path / "home"
     dirs = {var: str(home / sub) for var, sub in (("BUUN_DATA_DIR", "data"), ("BUUN_STATE_DIR", "state"),
                                                    ("BUUN_MODELS_DIR", "models"))}
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execvpe(sys.executable, [sys.executable, "-m", "buun_tool", "setup", "--recipe-file", str(recipe),
-                                    "--cpu"], {**_env(), **dirs})
-    try:
-        prompt = _read_until(fd, b"Set up", 120)
-        assert b"Set up" in prompt, prompt.decode(errors="replace")
-        os.write(fd, b"n\r")
-        rest = _read_until(fd, b"\x00never", 60).decode(errors="replace")
-        status = _exit_status(pid, 60, rest)
-    finally:
-        os.close(fd)
+    status, rest = _at_the_setup_prompt(write_recipe(tmp_path / "tiny.yaml"), b"n\r", dirs)
     assert status == 0, rest
     assert "setup cancelled; nothing was changed" in rest and "error" not in rest, rest
     assert not home.exists(), sorted(str(p) for p in home.rglob("*"))
