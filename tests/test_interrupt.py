@@ -42,16 +42,27 @@ def _read_until(fd: int, text: bytes, timeout: float) -> bytes:
     return seen
 
 
-def _exit_status(pid: int, timeout: float, seen: str) -> int:
-    """The exit code of child `pid`; a child still running after `timeout` s is killed and fails the test."""
-    deadline = time.monotonic() + timeout
-    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+def _output_until_exit(fd: int, pid: int, timeout: float) -> tuple[int, str]:
+    """Child `pid`'s exit code and what it wrote to its terminal `fd` until then. It waits for the
+    child, not for the terminal to close: a process the child started may hold the terminal open
+    after the child is gone. A child still running after `timeout` s is killed and fails the test."""
+    seen, deadline = b"", time.monotonic() + timeout
+    while True:
+        done = os.waitpid(pid, os.WNOHANG)
+        while select.select([fd], [], [], 0 if done[0] else 0.2)[0]:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the terminal closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+        if done[0]:
+            return os.waitstatus_to_exitcode(done[1]), seen.decode(errors="replace")
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            pytest.fail(f"still running {timeout} s after the signal; it printed:\n{seen}")
-        time.sleep(0.05)
-    return os.waitstatus_to_exitcode(done[1])
+            pytest.fail(f"still running {timeout} s after the keys; it printed:\n{seen.decode(errors='replace')}")
 
 
 def _at_the_setup_prompt(recipe: Path, keys: bytes, env: dict[str, str] | None = None) -> tuple[int, str]:
@@ -65,8 +76,7 @@ def _at_the_setup_prompt(recipe: Path, keys: bytes, env: dict[str, str] | None =
         prompt = _read_until(fd, b"Set up", 120)
         assert b"Set up" in prompt, prompt.decode(errors="replace")
         os.write(fd, keys)
-        rest = _read_until(fd, b"\x00never", 60).decode(errors="replace")
-        return _exit_status(pid, 60, rest), rest
+        return _output_until_exit(fd, pid, 60)
     finally:
         os.close(fd)
 
