@@ -221,6 +221,16 @@ def ar_server(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path_factor
         yield s
 
 
+@pytest.fixture(scope="module")
+def ar_exact(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory):
+    """Plain AR decoding with exact arithmetic (EXACT): the reference of the greedy comparisons,
+    one server for the module. Its tests send it no request with cache_prompt, so every request
+    decodes its prompt from scratch, in the same batches whichever test ran before."""
+    target, _ = tiny_pair_f32
+    with llama_server(llama_bin, _base(target, *EXACT), tmp_path_factory.mktemp("ar-exact") / "log") as s:
+        yield s
+
+
 class _ScriptedAR:
     """AR as _greedy_matches asks it: greedy tokens 5, 6, 7 after a prompt of 2, each with token 8
     as a runner-up 0.02 behind (a near-tie)."""
@@ -244,30 +254,27 @@ def test_greedy_matches_steps_over_a_near_tie_at_the_last_token() -> None:
 
 
 @slow
-def test_lossless_greedy(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path) -> None:
-    target, _ = tiny_pair_f32
+def test_lossless_greedy(ar_exact: Server, llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
+                         tmp_path: Path) -> None:
     drafted, ties, tie_tol = 0, [], _tie_tol()
-    with llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar, \
-            llama_server(llama_bin, _dflash_args(tiny_pair_f32, *EXACT), tmp_path / "dflash.log") as spec:
+    with llama_server(llama_bin, _dflash_args(tiny_pair_f32, *EXACT), tmp_path / "dflash.log") as spec:
         for prompt in PROMPTS:
             got = spec.complete(prompt, N_GEN)
             assert len(got["tokens"]) == N_GEN
-            ties.append(_greedy_matches(ar, prompt, got["tokens"], tie_tol))
+            ties.append(_greedy_matches(ar_exact, prompt, got["tokens"], tie_tol))
             drafted += _spec_stats(got)[0]
     print(f"near-ties stepped over per prompt: {ties} (tie_tol {tie_tol})")  # for the GPU run's record
     assert drafted > 0, "no draft was ever verified: the harness did not exercise DFlash"
 
 
 @slow
-def test_lossless_greedy_with_backend_sampling(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
+def test_lossless_greedy_with_backend_sampling(ar_exact: Server, llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
                                                tmp_path: Path) -> None:
     """With -bs the verify's greedy choices are argmaxes computed in the target's graph (patch 0008
     makes a greedy request's chain a lone argmax there): still the AR tokens."""
-    target, _ = tiny_pair_f32
-    with llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar, \
-            llama_server(llama_bin, _dflash_args(tiny_pair_f32, *EXACT, "-bs"), tmp_path / "dflash.log") as spec:
+    with llama_server(llama_bin, _dflash_args(tiny_pair_f32, *EXACT, "-bs"), tmp_path / "dflash.log") as spec:
         got = spec.complete(PROMPTS[0], N_GEN)
-        _greedy_matches(ar, PROMPTS[0], got["tokens"], _tie_tol())
+        _greedy_matches(ar_exact, PROMPTS[0], got["tokens"], _tie_tol())
     assert _spec_stats(got)[0] > 0, "no draft was ever verified"
 
 
@@ -448,25 +455,24 @@ def test_a_request_that_ends_inside_a_draft_keeps_its_cache(llama_bin: Path, tin
 
 
 @slow
-def test_tree_greedy_equals_ar(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path) -> None:
+def test_tree_greedy_equals_ar(ar_exact: Server, llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
+                               tmp_path: Path) -> None:
     """Patch 0029: a tree step walks the verified tree by the target's own greedy choices, so the
     output is AR's token for token, for budgets below, just above and well above the chain's 15
     (each step decodes a tree, commits its path and gives the drafter the path's features). The
     random drafter's trees are rarely accepted, so a step makes about one token: 32 tokens a
     request keep this within a couple of minutes on the CPU."""
-    target, _ = tiny_pair_f32
     n_gen = 32
-    with llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar:
-        for budget, prompts in (("4", PROMPTS[:1]), ("16", PROMPTS[1:2]), ("22", PROMPTS)):
-            log = tmp_path / f"tree-{budget}.log"
-            args = _dflash_args(tiny_pair_f32, *EXACT, "--spec-tree-budget", budget)
-            with llama_server(llama_bin, args, log) as spec:
-                for prompt in prompts:
-                    got = spec.complete(prompt, n_gen)
-                    assert len(got["tokens"]) == n_gen
-                    _greedy_matches(ar, prompt, got["tokens"], _tie_tol())
-                    assert _spec_stats(got)[0] >= int(budget), "no tree was verified"
-            assert f"tree verification: budget {budget}, 8 candidates per depth" in log.read_text(errors="replace")
+    for budget, prompts in (("4", PROMPTS[:1]), ("16", PROMPTS[1:2]), ("22", PROMPTS)):
+        log = tmp_path / f"tree-{budget}.log"
+        args = _dflash_args(tiny_pair_f32, *EXACT, "--spec-tree-budget", budget)
+        with llama_server(llama_bin, args, log) as spec:
+            for prompt in prompts:
+                got = spec.complete(prompt, n_gen)
+                assert len(got["tokens"]) == n_gen
+                _greedy_matches(ar_exact, prompt, got["tokens"], _tie_tol())
+                assert _spec_stats(got)[0] >= int(budget), "no tree was verified"
+        assert f"tree verification: budget {budget}, 8 candidates per depth" in log.read_text(errors="replace")
 
 
 @slow
@@ -529,8 +535,9 @@ def test_tape_replay_equals_snapshots(llama_bin: Path, tiny_pair_f32: tuple[Path
 
 @slow
 @pytest.mark.parametrize("synth", [["--spec-synth-len", "2.5"], TREE], ids=["chain", "tree-22"])
-def test_state_after_rollbacks_survives_slot_save_and_restore(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
-                                                               tmp_path: Path, synth: list[str],
+def test_state_after_rollbacks_survives_slot_save_and_restore(ar_exact: Server, llama_bin: Path,
+                                                               tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
+                                                               synth: list[str],
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Patch 0005 saves a sequence state whose last rollback still waits for its replay as the state
     before the verify plus the tape tokens to replay. Generations that a stop string ends inside an
@@ -545,11 +552,9 @@ def test_state_after_rollbacks_survives_slot_save_and_restore(llama_bin: Path, t
     tol_exact, tol_scratch = _tape_tol(), TOL_CAP if gpu_layers() else TOL_FLOOR
     save_dir = tmp_path / "slots"
     save_dir.mkdir()
-    target, _ = tiny_pair_f32
     args = _dflash_args(tiny_pair_f32, *EXACT, *synth, "--slot-save-path", f"{save_dir}/")
     restored, scratch = [], []
-    with llama_server(llama_bin, args, tmp_path / "spec.log") as spec, \
-            llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar:
+    with llama_server(llama_bin, args, tmp_path / "spec.log") as spec:
         for i, prompt in enumerate(PROMPTS):
             tokens = spec.complete(prompt, N_GEN)["tokens"]  # greedy and seeded: the run below repeats it
             pieces = [spec.post("/detokenize", {"tokens": [t]})["content"] for t in tokens]
@@ -564,7 +569,7 @@ def test_state_after_rollbacks_survives_slot_save_and_restore(llama_bin: Path, t
             spec.post("/slots/0?action=restore", {"filename": f"s{i}.bin"})
             back = _continuation(spec, seq, True)
             restored.append(_logprob_diff(live, back))
-            scratch.append(_logprob_diff(_continuation(ar, seq, False), back))
+            scratch.append(_logprob_diff(_continuation(ar_exact, seq, False), back))
     print(f"restored vs live state {max(restored):.3g}, vs decoding from scratch {max(scratch):.3g}")
     assert max(restored) <= tol_exact, f"the restored state differs from the saved one by {max(restored):.3g}"
     assert max(scratch) <= tol_scratch, f"restored state differs from decoding from scratch by {max(scratch):.3g}"
@@ -853,7 +858,7 @@ def _speculative_simple(llama_bin: Path, tiny_pair: tuple[Path, Path], prompt: s
 
 
 @slow
-def test_seed_speculative_simple_command(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path) -> None:
+def test_seed_speculative_simple_command(ar_exact: Server, llama_bin: Path, tiny_pair_f32: tuple[Path, Path]) -> None:
     """The seed's command as written runs; and with exact arithmetic its greedy text is that of AR
     decoding without a draft: a prefix of the AR server's text on the CPU, the same up to the tie
     rule on a GPU build (`_text_matches`: the program prints text only)."""
@@ -861,7 +866,5 @@ def test_seed_speculative_simple_command(llama_bin: Path, tiny_pair_f32: tuple[P
     # it generates until the context is full: bounded here with -n
     assert _speculative_simple(llama_bin, tiny_pair_f32, prompt, "-n", "32")
     generated = _speculative_simple(llama_bin, tiny_pair_f32, prompt, "-n", str(N_GEN), "--temp", "0", *EXACT)
-    target, _ = tiny_pair_f32
-    with llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar:
-        ties = _text_matches(ar, prompt, generated, N_GEN + 32, _tie_tol())
+    ties = _text_matches(ar_exact, prompt, generated, N_GEN + 32, _tie_tol())
     print(f"near-ties stepped over: {ties}")

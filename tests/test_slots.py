@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,16 @@ def _slots_args(pair: tuple[Path, Path], n_slots: int, *extra: str) -> list[str]
 
 
 
+@pytest.fixture(scope="module")
+def ar(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """Plain AR decoding with exact arithmetic, the reference of every comparison here: one server
+    for the module. Its requests never keep a cache (cache_prompt false), so each decodes its
+    prompt from scratch, in the same batches whichever test ran before."""
+    target, _ = tiny_pair_f32
+    with llama_server(llama_bin, _base(target, *EXACT), tmp_path_factory.mktemp("ar") / "log") as s:
+        yield s
+
+
 def _slots(server: Server) -> list[dict[str, Any]]:
     r = requests.get(server.url + "/slots", timeout=30)
     assert r.status_code == 200, r.text[:300]
@@ -77,24 +88,22 @@ def _slots(server: Server) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize(("n_slots", "n_gen"), [(2, 40), (4, 24), (8, 8)])
-def test_concurrent_greedy_requests_equal_ar(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
-                                             n_slots: int, n_gen: int) -> None:
+def test_concurrent_greedy_requests_equal_ar(ar: Server, llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
+                                             tmp_path: Path, n_slots: int, n_gen: int) -> None:
     """N requests of different prompt and output lengths at once on N slots, each pinned to its
     slot: each gives the tokens of greedy AR decoding. Eight slots draft in two drafter decodes at
     -ub 64 (patch 0033; upstream's one decode aborted) and verify with their cells kept in place
     (patch 0032; upstream's moved a slot's tape away: `failed to remove sequence`). /slots then
     reports each slot's last request as its response did (patch 0035)."""
-    target, _ = tiny_pair_f32
     prompts = [_prompt(k, 10 + 9 * k) for k in range(n_slots)]
     lengths = [n_gen + 5 * k for k in range(n_slots)]
     args = _slots_args(tiny_pair_f32, n_slots, *EXACT)
     with llama_server(llama_bin, args, tmp_path / "slots.log") as spec:
         got = concurrently([lambda k=k: spec.complete(prompts[k], lengths[k], id_slot=k) for k in range(n_slots)])
         reported = {s["id"]: s.get("timings") for s in _slots(spec)}
-    with llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar:
-        for k, out in enumerate(got):
-            assert len(out["tokens"]) == lengths[k]
-            _greedy_matches(ar, prompts[k], out["tokens"], _tie_tol())
+    for k, out in enumerate(got):
+        assert len(out["tokens"]) == lengths[k]
+        _greedy_matches(ar, prompts[k], out["tokens"], _tie_tol())
     for k, out in enumerate(got):
         assert _spec_stats(out)[0] > 0, f"slot {k} verified no draft"
         timings = reported[k]
@@ -123,17 +132,15 @@ def test_partial_acceptance_on_four_slots_equals_one_slot(llama_bin: Path, tiny_
         assert _spec_stats(together[k]) == _spec_stats(alone[k])
 
 
-def test_a_cached_slot_keeps_its_state_while_the_others_work(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
-                                                             tmp_path: Path) -> None:
+def test_a_cached_slot_keeps_its_state_while_the_others_work(ar: Server, llama_bin: Path,
+                                                             tiny_pair_f32: tuple[Path, Path], tmp_path: Path) -> None:
     """Slot 2 generates under synthetic partial acceptance and keeps its cache; slots 0 and 1, busy
     before and after it, then serve requests together. Slot 2's state must stay the state decoding
-    its tokens from scratch gives: the next-token log-probabilities on its cache, against a fresh
-    AR server's. Upstream's recurrent memory re-ordered the cells for the other slots' ubatch and
+    its tokens from scratch gives: the next-token log-probabilities on its cache, against AR's
+    decoding them from scratch. Upstream's recurrent memory re-ordered the cells for the other slots' ubatch and
     moved slot 2's out of place without its pending replay (patch 0032): nothing in common."""
-    target, _ = tiny_pair_f32
     mine, theirs = _prompt(2, 28), [_prompt(k, 30 + 5 * k) for k in range(2)]
-    with llama_server(llama_bin, _slots_args(tiny_pair_f32, 3, *EXACT, *SYNTH), tmp_path / "spec.log") as spec, \
-            llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar:
+    with llama_server(llama_bin, _slots_args(tiny_pair_f32, 3, *EXACT, *SYNTH), tmp_path / "spec.log") as spec:
         spec.complete(theirs[0][:8], 4, id_slot=0)  # the slots' cells in the order of their first use
         gen = spec.complete(mine, 37, id_slot=2, cache_prompt=True, seed=5)
         drafted, accepted = _spec_stats(gen)
@@ -192,12 +199,11 @@ def _idle(server: Server, timeout: float = 60) -> None:
         time.sleep(0.2)
 
 
-def test_a_cancelled_request_leaves_the_other_slot_alone(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
-                                                         tmp_path: Path) -> None:
+def test_a_cancelled_request_leaves_the_other_slot_alone(ar: Server, llama_bin: Path,
+                                                         tiny_pair_f32: tuple[Path, Path], tmp_path: Path) -> None:
     """Slot 1 generates while a streamed request on slot 0 is closed after ten tokens, mid-step:
     slot 1's tokens are AR's. Slot 0, reused by the same prompt with its cache and by another
     prompt, starts clean: AR's tokens both times."""
-    target, _ = tiny_pair_f32
     mine, theirs, other = _prompt(0, 23), _prompt(1, 40), _prompt(2, 30)
     with llama_server(llama_bin, _slots_args(tiny_pair_f32, 2, *EXACT), tmp_path / "spec.log") as spec:
         mine_greedy = {"prompt": mine, "temperature": 0.0, "top_k": 1, "id_slot": 0}
@@ -207,9 +213,8 @@ def test_a_cancelled_request_leaves_the_other_slot_alone(llama_bin: Path, tiny_p
         again = spec.complete(mine, 32, id_slot=0, cache_prompt=True)
         fresh = spec.complete(other, 32, id_slot=0, cache_prompt=True)
     assert again["timings"]["prompt_n"] < len(mine), "the cancelled slot's cache was not reused"
-    with llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar:
-        for prompt, out in ((theirs, busy), (mine, again), (other, fresh)):
-            _greedy_matches(ar, prompt, out["tokens"], _tie_tol())
+    for prompt, out in ((theirs, busy), (mine, again), (other, fresh)):
+        _greedy_matches(ar, prompt, out["tokens"], _tie_tol())
 
 
 # Slot 1 must still be generating when slot 0's save, overwrite and restore end. On the CPU they
@@ -220,13 +225,12 @@ def test_a_cancelled_request_leaves_the_other_slot_alone(llama_bin: Path, tiny_p
 BUSY_TOKENS, RESTORE_AFTER = (300, 0.25) if gpu_layers() else (96, 1.0)
 
 
-def test_slot_save_and_restore_while_another_slot_generates(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
-                                                            tmp_path: Path) -> None:
+def test_slot_save_and_restore_while_another_slot_generates(ar: Server, llama_bin: Path,
+                                                            tiny_pair_f32: tuple[Path, Path], tmp_path: Path) -> None:
     """Slot 0 is saved, overwritten and restored while slot 1 generates; slot 0 then continues its
     cached conversation. Both give AR's tokens, and the continuation on the restored slot drafts
     exactly as the live slot does without the save (patch 0036 saves the drafter's state of the
     slot beside the target's; without it the drafter kept what the slot served in between)."""
-    target, _ = tiny_pair_f32
     mine, theirs = _prompt(0, 23), _prompt(1, 40)
     runs: dict[str, tuple[list[int], dict[str, Any], dict[str, Any], dict[str, list[str]]]] = {}
     for mode in ("live", "restored"):
@@ -252,10 +256,9 @@ def test_slot_save_and_restore_while_another_slot_generates(llama_bin: Path, tin
             cont = spec.complete(conversation, 24, id_slot=0, cache_prompt=True)
             assert cont["timings"]["prompt_n"] <= 2, "the slot's cache was not used: nothing was checked"
             runs[mode] = (conversation, cont, busy, _candidates(log, mark))
-    with llama_server(llama_bin, _base(target, *EXACT), tmp_path / "ar.log") as ar:
-        conversation, cont, busy, _ = runs["restored"]
-        _greedy_matches(ar, theirs, busy["tokens"], _tie_tol())
-        _greedy_matches(ar, conversation, cont["tokens"], _tie_tol())
+    conversation, cont, busy, _ = runs["restored"]
+    _greedy_matches(ar, theirs, busy["tokens"], _tie_tol())
+    _greedy_matches(ar, conversation, cont["tokens"], _tie_tol())
     live, restored = runs["live"][3].get("0"), runs["restored"][3].get("0")
     assert live, "the continuation drafted nothing"
     assert restored == live, "the restored slot drafts from another context than the live one"
