@@ -122,7 +122,8 @@ gpu_tbo() {
 }
 
 # test-backend-ops eval of one op and perf of the cases PERF_FILTER picks, for each variant (a
-# patch on and off): gpu_tbo_variants OP PERF_FILTER "NAME|VAR=VALUE ..." ...; $RES/tbo-[perf-]NAME.log
+# switch's settings, such as GGML_CUDA_MMQ_SMALL unset and 0):
+# gpu_tbo_variants OP PERF_FILTER "NAME|VAR=VALUE ..." ...; $RES/tbo-[perf-]NAME.log
 gpu_tbo_variants() {
     local op=$1 filter=$2 v name vars
     shift 2
@@ -144,7 +145,7 @@ gpu_pp16() {
     head -8 "$RES/ncu-pp16-$name.txt" >> "$RES/summary.txt"
 }
 
-# the per-phase profile of a DFlash step (LLAMA_SPEC_PROFILE=1, patch 0004) at synthetic AL 1 and
+# the per-phase profile of a DFlash step (LLAMA_SPEC_PROFILE=1) at synthetic AL 1 and
 # 8.31: gpu_profile NAME [VAR=VALUE...] [-- BENCH_ARGS...]; its profile lines in $RES/profile-NAME.txt
 gpu_profile() {
     local name=$1 vars=()

@@ -16,38 +16,37 @@
 #                for quantized KV caches (gpu_prepare_lean; ~4 min on 16 cores), then the parts that
 #                need no more (correctness, ar, widths, bench at f16 KV)
 #   tbo-mmqs     test-backend-ops: the small-batch K-quant kernel's MUL_MAT cases (9-32 columns)
-#                against the CPU, and its timings at the 27B's FFN shapes, 16 against 17-32
-#                columns, with 0031's two variants (GGML_CUDA_MMQS_INTERLEAVE=0/1)
-#   mmqs-bench   the small-batch kernel on its own (scripts/cuda/mmqs_bench.cu): each variant against
-#                a float reference and the first version, and its time per launch at the 27B's
-#                shapes, 1-64 columns, weights from DRAM; needs no build (GPU_MMQS_SRC: a folder whose
-#                mmq-small.cu stands in for the patched tree's, a kernel not in the series yet)
+#                against the CPU, and its timings at the 27B's FFN shapes, 16 against 17-32 columns
+#   mmqs-bench   the small-batch kernel on its own (scripts/cuda/mmqs_bench.cu): each configuration
+#                it launches (2, 3 or 4 column tiles a pass, 3, 4 or 8 warps a block) against a
+#                float reference, and its time per launch at the 27B's shapes, 1-64 columns, weights
+#                from DRAM, beside bounds of its work and its reads; needs no build (GPU_MMQS_SRC: a
+#                folder whose mmq-small.cu stands in for the patched tree's, a kernel not in the
+#                series yet)
 #   mmqs-bench-86  the same built for Ampere's compute_86 as PTX only (the driver compiles it for
 #                this card at load, so the code a 3090 gets runs here; its timings are not this
 #                card's own code's)
 #   gdn-bench    the gated delta net's kernel on its own (scripts/cuda/gdn_bench.cu): its time per
 #                launch for a chain and a tree of 1-32 tokens at the 27B's shapes, twice; with
 #                GPU_GDN_SRC (a folder holding a variant's gated_delta_net.cu) the variant's too, and
-#                whether its outputs equal the series' to the bit; GGML_CUDA_GDN_SHARED_SLOTS=0: a
-#                tree's saved states all in global memory, 64: all in shared (patch 0048)
-#   tbo-mmqs2    test-backend-ops: version 2 of the small-batch kernel (0039), its MUL_MAT cases of
-#                1-64 columns and the shared quantizations against the CPU, and its timings at the
-#                27B's FFN shapes (16, 23, 32 and 64 columns) beside the first version's
-#                (GGML_CUDA_MMQS_V2=0: MMQ past 32 columns)
-#   tree-ops     test-tree-ssm (0025's ops: every node against the chain op over its path, against
+#                whether its outputs equal the series' to the bit
+#   tbo-mmqs2    test-backend-ops: the small-batch kernel's MUL_MAT cases of 1-64 columns and the
+#                shared quantizations against the CPU, and its timings at the 27B's FFN shapes (16,
+#                23, 32 and 64 columns)
+#   tree-ops     test-tree-ssm (the tree ops: every node against the chain op over its path, against
 #                the CPU, a planted off-by-one parent) and test-backend-ops' check of both tree ops
 #                and of the chain ops beside them, with their timings at the 27B's shapes (a chain
-#                of 16 against trees of 16, 23 and 32 tokens; the short conv's with 0043 off and on)
+#                of 16 against trees of 16, 23 and 32 tokens, and the short conv's)
 #   ampere       test-tree-ssm and test-backend-ops' check of those ops, built again for Ampere's
 #                compute_86 as PTX only (the driver compiles it for this card at load, so the
 #                Ampere path of the kernels runs here); a second CUDA build, ~10 min
 #   correctness  the correctness harness on CUDA (tests/test_correctness.py and tests/test_slots.py,
 #                tie-aware rule)
-#   tree-decode  test-tree-decode on the tiny pair in f32, offloaded (patches 0027-0029)
+#   tree-decode  test-tree-decode on the tiny pair in f32, offloaded (a tree decoded in one batch: each
+#                token's logits against its path's, the server's walk)
 #   ar           llama-bench tg128 of the target: the run's AR anchor
 #   widths       llama-bench pp N of the target, one sequence: what a forward of N tokens costs (a
 #                chain's verify 16, a budget-22 tree's 23, two slots' 32, four slots' 64)
-#   widths-v1    the same with the small-batch kernel's first version (GGML_CUDA_MMQS_V2=0)
 #   bench        `buun bench`: AR, and DFlash chains at synthetic AL 1 / 7.67 / 8.31, with the
 #                per-phase step profile (LLAMA_SPEC_PROFILE=1)
 #   upstream     `buun build --upstream` (the unpatched pin, the same flags), then the bench's
@@ -58,7 +57,6 @@
 #                GPU_VARIANTS_NO_BENCH=1
 #   tree-sweep   `buun bench --tree-budget 16,22,32` (the chain added) under the calibrated tree
 #                profile, with the step profile (GPU_TREE_BUDGETS=15,16,22,32: other budgets)
-#   tree-sweep-il  the same with GGML_CUDA_MMQS_INTERLEAVE=1 (0031's variant)
 #   fit          `buun fit --measure` of AR, of the recipe's DFlash, of it with the drafter's context
 #                as -c (upstream's, --ctx-draft 0), and the fit on a 24 GiB card
 #   fit-tree     `buun fit --measure` of the chain and of a budget-22 tree
@@ -85,12 +83,7 @@ part_build_lean() {
 part_tbo_mmqs() {
     gpu_tbo_build
     gpu_tbo mmqs "" test -o MUL_MAT -p "type_a=q[456]_K,type_b=f32,m=[0-9]+,n=(9|16|17|23|32),"
-    local v
-    for v in 0 1; do
-        gpu_tbo "mmqs-il$v" "GGML_CUDA_MMQS_INTERLEAVE=$v" test -o MUL_MAT -p "type_a=q[456]_K,type_b=f32,m=[0-9]+,n=(17|23|32),"
-        gpu_tbo "perf-mmqs-il$v" "GGML_CUDA_MMQS_INTERLEAVE=$v" perf -o MUL_MAT \
-            -p "type_a=q[46]_K,type_b=f32,m=(17408|5120),n=(16|17|23|32),k=(5120|17408),"
-    done
+    gpu_tbo perf-mmqs "" perf -o MUL_MAT -p "type_a=q[46]_K,type_b=f32,m=(17408|5120),n=(16|17|23|32),k=(5120|17408),"
 }
 
 # mmqs_bench NAME ARCH: the kernel bench built for ARCH (nvcc's -arch), its CSV in $RES/NAME.txt
@@ -142,11 +135,7 @@ part_tbo_mmqs2() {
     gpu_tbo_build
     gpu_tbo mmqs2 "" test -o MUL_MAT -p "type_a=q[456]_K,type_b=f32,m=[0-9]+,n=(1|9|16|17|23|32|33|40|48|57|64),"
     gpu_tbo mmqs2-shared "" test -o MUL_MAT_SHARED_SRC1
-    local v
-    for v in 1 0; do
-        gpu_tbo "perf-mmqs2-v$v" "GGML_CUDA_MMQS_V2=$v" perf -o MUL_MAT \
-            -p "type_a=q[46]_K,type_b=f32,m=(17408|5120),n=(16|23|32|64),k=(5120|17408),"
-    done
+    gpu_tbo perf-mmqs2 "" perf -o MUL_MAT -p "type_a=q[46]_K,type_b=f32,m=(17408|5120),n=(16|23|32|64),k=(5120|17408),"
 }
 
 TREE_OPS=(GATED_DELTA_NET_TREE SSM_CONV_TREE GATED_DELTA_NET SSM_CONV)
@@ -162,12 +151,8 @@ part_tree_ops() {
     for op in GATED_DELTA_NET GATED_DELTA_NET_TREE; do
         gpu_tbo "perf-$op" "" perf -o "$op" -p "head_count=16,head_size=128"
     done
-    # the short conv's timings with 0043 off and on
-    local v
-    for v in 0 1; do
-        for op in SSM_CONV SSM_CONV_TREE; do
-            gpu_tbo "perf-$op-short$v" "GGML_CUDA_SSM_CONV_SHORT=$v" perf -o "$op" -p "10240"
-        done
+    for op in SSM_CONV SSM_CONV_TREE; do
+        gpu_tbo "perf-$op" "" perf -o "$op" -p "10240"
     done
 }
 
@@ -224,10 +209,6 @@ part_widths() {
     widths widths
 }
 
-part_widths_v1() {
-    widths widths-v1 GGML_CUDA_MMQS_V2=0
-}
-
 part_bench() {
     step bench 600 env LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" --synthetic-al 1 --synthetic-al 7.67 \
         --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench"
@@ -256,12 +237,6 @@ part_variants() {
 part_tree_sweep() {
     step tree-sweep 600 env LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" --no-ar --tree-budget "${GPU_TREE_BUDGETS:-16,22,32}" \
         --prompts 2 --n-predict 512 --out "$RES/tree-sweep"
-}
-
-# the sweep with the small-batch kernel's two column groups interleaved (0031's other variant)
-part_tree_sweep_il() {
-    step tree-sweep-il 600 env LLAMA_SPEC_PROFILE=1 GGML_CUDA_MMQS_INTERLEAVE=1 $BUUN bench "${BENCH[@]}" --no-ar \
-        --tree-budget 16,22,32 --prompts 2 --n-predict 512 --out "$RES/tree-sweep-il"
 }
 
 part_fit() {

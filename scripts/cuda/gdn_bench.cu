@@ -9,9 +9,8 @@
 //         scripts/cuda/gdn_bench.cu -o gdn_bench -Xlinker --unresolved-symbols=ignore-all
 //     ./gdn_bench OUT.bin [ITERS]    # CSV: form,n_tokens,us
 //
-// A tree keeps its saved states as the op does (gated_delta_net_tree_slots): GGML_CUDA_GDN_SHARED_SLOTS=0
-// puts all of them in global memory, so a block's shared memory holds its two tables only; 64, all
-// in shared memory (up to 48 KiB a block), as before patch 0048.
+// A tree keeps its saved states as the op does (gated_delta_net_tree_slots): up to
+// gdn_tree_shared_slots (4) in a block's shared memory, the rest in global memory.
 // GDN_BENCH_CASES=chain16,tree23: only those forms and token counts (as for a profiler's run).
 #include "gated_delta_net.cu" // GPU_GDN_SRC first, then the patched tree (-I)
 
@@ -57,8 +56,8 @@ static void launch(const float * q, const float * k, const float * v, const floa
     const int64_t sb1 = 1, sb2 = H, sb3 = H * n;
     float * state = dst + (size_t) S_V * H * n;
     const size_t smem = tree ? ts.smem : 0;
-    // the kernel the series launches (gdn_kernel: its size by GGML_CUDA_GDN_BLOCKS and GGML_CUDA_GDN_TREE_BLOCKS,
-    // a tree's by the blocks an SM that fit, patches 0044 and 0046)
+    // the kernel the series launches (gdn_kernel: sized for 12 blocks an SM, a tree's only where more
+    // of its blocks then fit an SM than with the one sized for 2)
     gdn_kernel<S_V, false, false, tree>(smem, 128)<<<dim3(H, 1, S_V / 4), dim3(32, 4, 1), smem, stream>>>(
         q, k, v, g, b, s, dst, state, H, n, 1, sq1, sq2, sq3, sv1, sv2, sv3, sb1, sb2, sb3,
         init_fastdiv_values(H_QK), init_fastdiv_values(1), 1.0f / sqrtf((float) S_V), 0, 1,

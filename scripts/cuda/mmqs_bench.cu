@@ -1,20 +1,26 @@
 // The small-batch K-quant matmul (vendor/llama.cpp/ggml/src/ggml-cuda/mmq-small.cu) on its own:
-// every variant of the kernel against a float reference and against the first version, and its
-// time per launch at the 27B's shapes, with the weights read from DRAM (the launches cycle over
-// copies of the matrix that together outgrow L2). Built and run by scripts/gpu_run.sh mmqs-bench:
+// the kernel at each configuration it launches (2, 3 or 4 column tiles a pass, 3, 4 or 8 warps a
+// block) against a float reference, and its time per launch at the 27B's shapes, with the weights
+// read from DRAM (the launches cycle over copies of the matrix that together outgrow L2), beside
+// bounds of its work and its reads. Built and run by scripts/gpu_run.sh mmqs-bench:
 //
 //     nvcc -O3 -std=c++17 -arch=sm_90 -I<ggml>/include -I<ggml>/src -I<ggml>/src/ggml-cuda \
 //         scripts/cuda/mmqs_bench.cu -o mmqs_bench -Xlinker --unresolved-symbols=ignore-all
-//     ./mmqs_bench [ITERS]    # CSV: type,m,k,n,variant,us,max_err_ref,max_diff_v1 (empty past 32 columns)
+//     ./mmqs_bench [ITERS]    # CSV: type,m,k,n,variant,us,max_err_ref
+//
+// A variant is named ntT-wW: T column tiles of 8 a pass, W warps a block, with the blocks an SM
+// that the product's launch asks for at that size (mul_mat_q_small_launch). The product takes 2
+// tiles up to 16 columns (3 warps for Q4_K and Q5_K where its blocks then fill the waves better),
+// 3 at 17-24 columns (one pass), 4 or 2 past that; 8 warps for matrices of few row tiles.
 //
 // An experiment's folder (GPU_MMQS_SRC) holds an mmq-small.cu that includes the tree's and adds its
 // kernels, and mmqs_bench_extra.h, its variants; where it defines MMQS_BENCH_YF (a pointer) that is
 // set to the float activations, for variants that lay them out their own way.
-// MMQS_BENCH_ONLY=v1,v2-nt3-b3-pf0-ld1: those variants only, MMQS_BENCH_NS=16,23 those column
-// counts, MMQS_BENCH_M=17408 the matrices of that many rows (as for a profiler's run; without v1 in
-// the list, max_diff_v1 stays empty).
+// MMQS_BENCH_ONLY=nt2-w4,nt3-w4: those variants only, MMQS_BENCH_NS=16,23 those column counts,
+// MMQS_BENCH_M=17408 the matrices of that many rows (as for a profiler's run).
 #include "mmq-small.cu" // GPU_MMQS_SRC first, then the patched tree (-I)
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -94,35 +100,40 @@ static std::vector<uint8_t> random_matrix(const problem & p, std::mt19937 & rng)
 
 using launcher = void (*)(const char *, const char *, float *, int, int, int, cudaStream_t);
 
-template <int NWARPS, int NG, ggml_type type>
-static void run_v1(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
-    mul_mat_k_small<NWARPS, NG, true, type><<<(m + 15)/16, dim3(WARP_SIZE, NWARPS), 0, st>>>(x, y, d, k/QK_K, m, k/QK_K, n, m);
-}
-// groups of 16 columns in the activations' layout for n columns: v1 one per 16 columns; v2 a multiple
-// of nt/2 (a pass of nt tiles reads whole groups), one per 16 columns with 3 tiles (one pass only)
-static int layout_groups(int n, int nt) {
-    return nt == 3 ? (n + 15)/16 : ((n + 15)/16 + nt/2 - 1)/(nt/2)*(nt/2);
+// the blocks an SM that the product's launch asks of the kernel (mul_mat_q_small_launch's minb)
+static constexpr int minb_of(int nwarps, int nt) {
+    return nt > 2 ? (nwarps == 4 ? 3 : 1) : 16/nwarps;
 }
 
-// version 2 over m rows, its weights' addresses clamped to the first mx rows (mx = m: the product)
-template <int NWARPS, int NT, int MINB, int PF, int LD, ggml_type type>
-static void launch_v2(const char * x, const char * y, float * d, int m, int mx, int k, int n, cudaStream_t st) {
+// groups of 16 columns in the activations' layout for n columns: the product's (1 or 2 up to 32
+// columns, else 4), and at least those that a pass of nt tiles reads (tiles 0..nt-1 of each pass)
+static int layout_groups(int n, int nt) {
+    const int ng    = n > 2*MMQS_COLS ? 4 : (n + MMQS_COLS - 1)/MMQS_COLS;
+    const int npass = (n + 8*nt - 1)/(8*nt);
+    return std::max(ng, (npass*nt + 1)/2);
+}
+
+// the kernel over m rows, its weights' addresses clamped to the first mx rows (mx = m: the product)
+template <int NWARPS, int NT, ggml_type type>
+static void launch(const char * x, const char * y, float * d, int m, int mx, int k, int n, cudaStream_t st) {
     const int ng = layout_groups(n, NT);
     const int npass = (n + 8*NT - 1)/(8*NT);
-    mul_mat_k_small2<NWARPS, NT, MINB, PF, LD, type><<<(m + 15)/16*npass, dim3(WARP_SIZE, NWARPS), 0, st>>>(x, y, d, ng, npass, k/QK_K, mx, k/QK_K, n, m);
+    mul_mat_k_small<NWARPS, NT, minb_of(NWARPS, NT), type><<<(m + 15)/16*npass, dim3(WARP_SIZE, NWARPS), 0, st>>>(
+        x, y, d, ng, npass, k/QK_K, mx, k/QK_K, n, m);
 }
-template <int NWARPS, int NT, int MINB, int PF, int LD, ggml_type type>
-static void run_v2(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
-    launch_v2<NWARPS, NT, MINB, PF, LD, type>(x, y, d, m, m, k, n, st);
+template <int NWARPS, int NT, ggml_type type>
+static void run_kernel(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
+    launch<NWARPS, NT, type>(x, y, d, m, m, k, n, st);
 }
 
-// Bounds, not products (their max_err_ref means nothing): "compute" is version 2 with every block
-// reading the first row tile (its weights stay in L1/L2: the kernel's time without DRAM), "read" a
-// plain read of the matrix (16 bytes a load, the time DRAM alone takes), "read-tiles" version 2's
-// own loads of the weights (its tiles, warps and loaders) with no work on them.
+// Bounds, not products (their max_err_ref means nothing): "compute" is the kernel (4 warps) with
+// every block reading the first row tile (its weights stay in L1/L2: the kernel's time without
+// DRAM), "read" a plain read of the matrix (16 bytes a load, the time DRAM alone takes),
+// "read-tiles" the kernel's own loads of the weights (its tiles, warps and loaders) with no work
+// on them.
 template <int NT, ggml_type type>
 static void run_compute(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
-    launch_v2<4, NT, NT == 4 ? 3 : 4, 0, 0, type>(x, y, d, m, 16, k, n, st);
+    launch<4, NT, type>(x, y, d, m, 16, k, n, st);
 }
 static __global__ void read_matrix(const uint4 * x, const size_t n, float * d) {
     uint32_t v = 0;
@@ -134,7 +145,7 @@ static __global__ void read_matrix(const uint4 * x, const size_t n, float * d) {
         d[0] = (float) v;
     }
 }
-template <int LD, ggml_type type>
+template <ggml_type type>
 static __global__ void read_tiles(const char * vx, const int nsb, const int nrows_x, const int64_t stride_row_x, float * d) {
     const int lane = threadIdx.x;
     const int warp = threadIdx.y;
@@ -147,16 +158,16 @@ static __global__ void read_tiles(const char * vx, const int nsb, const int nrow
     uint32_t v = 0;
     for (int kb = warp; kb < nsb; kb += 4) {
         if constexpr (type == GGML_TYPE_Q6_K) {
-            mmqs2_q6_K_w w;
-            mmqs2_load_q6_K<LD>(x, kb, t, w);
+            mmqs_q6_K_w w;
+            mmqs_load_q6_K(x, kb, t, w);
             for (int h = 0; h < 2; ++h) {
                 for (int c = 0; c < 4; ++c) v ^= w.ql[h][c].x ^ w.ql[h][c].y;
                 for (int c = 0; c < 2; ++c) v ^= w.qh[h][c].x ^ w.qh[h][c].y ^ w.sc[h][c].x ^ w.sc[h][c].y;
                 v ^= __float_as_uint(w.d[h]);
             }
         } else {
-            mmqs2_q4_K_w w;
-            mmqs2_load_q4_K<LD, type>(x, kb, t, w);
+            mmqs_q4_K_w w;
+            mmqs_load_q4_K<type>(x, kb, t, w);
             for (int h = 0; h < 2; ++h) {
                 v ^= w.head[h].x ^ w.head[h].y ^ w.head[h].z ^ w.head[h].w;
                 for (int c = 0; c < 4; ++c) v ^= w.qs[h][c].x ^ w.qs[h][c].y;
@@ -168,11 +179,11 @@ static __global__ void read_tiles(const char * vx, const int nsb, const int nrow
     }
 }
 // LIMIT: 48 KiB of (unused) shared memory a block, so that 4 blocks share an H200's SM as those of
-// version 2 at 2 tiles do (else the loads alone fill the SM with warps)
-template <ggml_type type, bool LIMIT, int LD = 0>
+// the kernel at 2 tiles and 4 warps do (else the loads alone fill the SM with warps)
+template <ggml_type type, bool LIMIT>
 static void run_read_tiles(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
     GGML_UNUSED(y); GGML_UNUSED(n);
-    read_tiles<LD, type><<<(m + 15)/16, dim3(WARP_SIZE, 4), LIMIT ? 48*1024 : 0, st>>>(x, k/QK_K, m, k/QK_K, d);
+    read_tiles<type><<<(m + 15)/16, dim3(WARP_SIZE, 4), LIMIT ? 48*1024 : 0, st>>>(x, k/QK_K, m, k/QK_K, d);
 }
 template <ggml_type type>
 static void run_read(const char * x, const char * y, float * d, int m, int k, int n, cudaStream_t st) {
@@ -188,34 +199,32 @@ static void run_read(const char * x, const char * y, float * d, int m, int k, in
     read_matrix<<<nsm*8, 256, 0, st>>>((const uint4 *) x, bytes/16, d);
 }
 
-struct variant { std::string name; int ntt; launcher fn; int nt; int maxn = 64; }; // nt: v2's tiles a pass (the layout's groups, a multiple of nt/2); maxn: its most columns
+// nt: the tiles a pass (the layout's groups: layout_groups); maxn: its most columns (3 tiles take
+// one pass only: a pass starts at an even tile)
+struct variant { std::string name; launcher fn; int nt; int maxn = 64; };
 
-// ntt: the v1 kernel's tiles (2 per group), 0: any column count
 template <ggml_type type>
 static std::vector<variant> variants() {
     std::vector<variant> v;
-    v.push_back({"v1", 2, run_v1<4, 1, type>, 2});
-    v.push_back({"v1", 4, run_v1<4, 2, type>, 2});
-#define V2(NT, MINB, PF, LD) v.push_back({"v2-nt" #NT "-b" #MINB "-pf" #PF "-ld" #LD, 0, run_v2<4, NT, MINB, PF, LD, type>, NT, NT == 3 ? 24 : 64})
-    // the product's choices before 0042: 2 tiles of 4 blocks an SM (Q6_K with a prefetch), 3 tiles
-    // (17-24 columns, one pass: a pass starts at an even tile) and 4 tiles of 3 blocks an SM with a
-    // prefetch; and 4 tiles of 4 blocks an SM, at 128 registers
-    V2(2, 4, 0, 0); V2(2, 4, 1, 0); V2(3, 3, 1, 0); V2(4, 3, 1, 0); V2(4, 4, 1, 0);
-    // the weights' loads of mmqs_ldw: LD 1 (evict first from L1, 256-byte L2 fetches; without the
-    // prefetch, the product's since 0042), LD 2 (128-byte L2 fetches), with and without the prefetch
-    V2(2, 4, 0, 1); V2(2, 4, 1, 1); V2(2, 4, 0, 2);
-    V2(3, 3, 0, 1); V2(3, 3, 1, 1); V2(3, 3, 0, 2); V2(3, 3, 1, 2);
-    V2(4, 3, 0, 1); V2(4, 3, 1, 1); V2(4, 3, 1, 2);
+#define MMQS_V(NW, NT) v.push_back({"nt" #NT "-w" #NW, run_kernel<NW, NT, type>, NT, NT == 3 ? 24 : 64})
+    // the configurations the product launches (3 warps only for Q4_K and Q5_K: Q6_K's kernel spills
+    // at 3 warps' 128 registers)
+    if constexpr (type != GGML_TYPE_Q6_K) {
+        MMQS_V(3, 2);
+    }
+    MMQS_V(4, 2); MMQS_V(8, 2);
+    MMQS_V(4, 3); MMQS_V(8, 3);
+    MMQS_V(4, 4); MMQS_V(8, 4);
+#undef MMQS_V
     // an experiment's variants, from the folder of GPU_MMQS_SRC (its kernel beside the product's)
 #if __has_include("mmqs_bench_extra.h")
 #include "mmqs_bench_extra.h"
 #endif
-    v.push_back({"compute-nt2", 0, run_compute<2, type>, 2});
-    v.push_back({"compute-nt4", 0, run_compute<4, type>, 4});
-    v.push_back({"read", 0, run_read<type>, 2});
-    v.push_back({"read-tiles", 0, run_read_tiles<type, false>, 2});
-    v.push_back({"read-tiles-4", 0, run_read_tiles<type, true>, 2});
-    v.push_back({"read-tiles-ld1", 0, run_read_tiles<type, false, 1>, 2});
+    v.push_back({"compute-nt2", run_compute<2, type>, 2});
+    v.push_back({"compute-nt4", run_compute<4, type>, 4});
+    v.push_back({"read", run_read<type>, 2});
+    v.push_back({"read-tiles", run_read_tiles<type, false>, 2});
+    v.push_back({"read-tiles-4", run_read_tiles<type, true>, 2});
     return v;
 }
 
@@ -229,7 +238,7 @@ int main(int argc, char ** argv) {
     const int ns[] = { 1, 8, 16, 17, 23, 24, 32, 40, 48, 64 };
     launch_timer timer;
     cudaStream_t st = timer.stream;
-    printf("type,m,k,n,variant,us,max_err_ref,max_diff_v1\n");
+    printf("type,m,k,n,variant,us,max_err_ref\n");
     for (const problem & p : probs) {
         if (!env_lists("MMQS_BENCH_M", std::to_string(p.m))) continue;
         const std::vector<uint8_t> hx = random_matrix(p, rng);
@@ -248,7 +257,6 @@ int main(int argc, char ** argv) {
             std::vector<uint8_t> hxr(hx.begin(), hx.begin() + (size_t) mref*(p.k/QK_K)*p.bs());
             reference(p.type, hxr, hy, mref, p.k, n, ref);
             float * dyf; char * dyq; float * dd;
-            const int ng = (n + 15)/16;
             CK(cudaMalloc(&dyf, hy.size()*sizeof(float)));
             CK(cudaMemcpy(dyf, hy.data(), hy.size()*sizeof(float), cudaMemcpyHostToDevice));
 #ifdef MMQS_BENCH_YF
@@ -256,10 +264,9 @@ int main(int argc, char ** argv) {
 #endif
             CK(cudaMalloc(&dyq, (size_t) (p.k/QK_K)*4*MMQS_Y_BYTES));
             CK(cudaMalloc(&dd, (size_t) p.m*n*sizeof(float)));
-            std::vector<float> out_v1;
             const auto vs = p.type == GGML_TYPE_Q6_K ? variants<GGML_TYPE_Q6_K>() : variants<GGML_TYPE_Q4_K>();
             for (const variant & v : vs) {
-                if ((v.ntt != 0 && v.ntt != 2*ng) || n > v.maxn || !env_lists("MMQS_BENCH_ONLY", v.name)) continue;
+                if (n > v.maxn || !env_lists("MMQS_BENCH_ONLY", v.name)) continue;
                 quantize_q8_1_small<<<dim3(p.k/QK_K, layout_groups(n, v.nt)*MMQS_COLS), WARP_SIZE, 0, st>>>(dyf, dyq, n, p.k);
                 CK(cudaMemset(dd, 0, (size_t) p.m*n*sizeof(float)));
                 v.fn(dx, dyq, dd, p.m, p.k, n, st);
@@ -267,21 +274,17 @@ int main(int argc, char ** argv) {
                 CK(cudaGetLastError());
                 std::vector<float> out((size_t) p.m*n);
                 CK(cudaMemcpy(out.data(), dd, out.size()*sizeof(float), cudaMemcpyDeviceToHost));
-                double err = 0, scale = 0, diff = 0;
+                double err = 0, scale = 0;
                 for (int c = 0; c < n; ++c) for (int r = 0; r < mref; ++r) {
                     err = std::max(err, (double) fabsf(out[(size_t) c*p.m + r] - ref[(size_t) c*mref + r]));
                     scale = std::max(scale, (double) fabsf(ref[(size_t) c*mref + r]));
                 }
-                if (v.name == "v1") out_v1 = out;
-                else if (!out_v1.empty()) for (size_t i = 0; i < out.size(); ++i) diff = std::max(diff, (double) fabsf(out[i] - out_v1[i]));
                 for (int i = 0; i < 3; ++i) v.fn(dx + (size_t) (i % ncopies)*p.bytes(), dyq, dd, p.m, p.k, n, st);
                 const float us = timer.us(iters, [&](int i) {
                     v.fn(dx + (size_t) (i % ncopies)*p.bytes(), dyq, dd, p.m, p.k, n, st);
                 });
-                // max_diff_v1 is empty where the first version does not run (past 32 columns)
-                const std::string vs1 = out_v1.empty() ? "" : v.name == "v1" ? "0" : std::to_string(diff);
-                printf("%s,%d,%d,%d,%s,%.2f,%.3g,%s\n", p.type == GGML_TYPE_Q6_K ? "q6_K" : "q4_K", p.m, p.k, n, v.name.c_str(), us,
-                    err/std::max(scale, 1e-30), vs1.c_str());
+                printf("%s,%d,%d,%d,%s,%.2f,%.3g\n", p.type == GGML_TYPE_Q6_K ? "q6_K" : "q4_K", p.m, p.k, n, v.name.c_str(), us,
+                    err/std::max(scale, 1e-30));
                 fflush(stdout);
             }
             CK(cudaFree(dyf)); CK(cudaFree(dyq)); CK(cudaFree(dd));
