@@ -33,6 +33,9 @@
 #   tbo-mmqs2    test-backend-ops: the small-batch kernel's MUL_MAT cases of 1-64 columns and the
 #                shared quantizations against the CPU, and its timings at the 27B's FFN shapes (16,
 #                23, 32 and 64 columns)
+#   tbo-ops      test-backend-ops: ARGMAX, TOP_K and CONCAT against the CPU (the series' kernels for
+#                long and short rows), and MUL_MAT at 9-16 columns through MMQ's tiles (the small-batch
+#                kernel off)
 #   tree-ops     test-tree-ssm (the tree ops: every node against the chain op over its path, against
 #                the CPU, a planted off-by-one parent) and test-backend-ops' check of both tree ops
 #                and of the chain ops beside them, with their timings at the 27B's shapes (a chain
@@ -136,6 +139,17 @@ part_tbo_mmqs2() {
     gpu_tbo mmqs2 "" test -o MUL_MAT -p "type_a=q[456]_K,type_b=f32,m=[0-9]+,n=(1|9|16|17|23|32|33|40|48|57|64),"
     gpu_tbo mmqs2-shared "" test -o MUL_MAT_SHARED_SRC1
     gpu_tbo perf-mmqs2 "" perf -o MUL_MAT -p "type_a=q[46]_K,type_b=f32,m=(17408|5120),n=(16|23|32|64),k=(5120|17408),"
+}
+
+# the cases patch 0029 adds for the series' other kernels (argmax and top-k of long rows, the
+# concat of short rows) and MMQ at the series' 9-16 column tiles, with the small-batch kernel off
+part_tbo_ops() {
+    local op
+    gpu_tbo_build
+    for op in ARGMAX TOP_K CONCAT; do
+        gpu_tbo "$op" "" test -o "$op"
+    done
+    gpu_tbo mmq-tiles GGML_CUDA_MMQ_SMALL=0 test -o MUL_MAT -p "type_a=q[456]_K,type_b=f32,m=[0-9]+,n=(9|13|16),"
 }
 
 TREE_OPS=(GATED_DELTA_NET_TREE SSM_CONV_TREE GATED_DELTA_NET SSM_CONV)

@@ -74,7 +74,7 @@ VERIFY_BATCH = 16
 
 DFLASH = ["--spec-type", "dflash", "-cd", "256", "--draft-max", "16", "--draft-min", "1", "-b", "256", "-ub", "64"]
 
-# DDTree verification (patch 0029) under synthetic tree acceptance that often takes a branch: half
+# DDTree verification (patch 0022) under synthetic tree acceptance that often takes a branch: half
 # the depths are hard, and there the target takes the drafter's second or third candidate more
 # often than its first. The trace (LLAMA_TRACE=1) gives the drafter's rank of each accepted token.
 TREE_PROFILE = "0.5:0.9,0.05:0.3,0.4,0.2"
@@ -270,7 +270,7 @@ def test_lossless_greedy(ar_exact: Server, llama_bin: Path, tiny_pair_f32: tuple
 @slow
 def test_lossless_greedy_with_backend_sampling(ar_exact: Server, llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
                                                tmp_path: Path) -> None:
-    """With -bs the verify's greedy choices are argmaxes computed in the target's graph (patch 0008
+    """With -bs the verify's greedy choices are argmaxes computed in the target's graph (patch 0013
     makes a greedy request's chain a lone argmax there): still the AR tokens."""
     with llama_server(llama_bin, _dflash_args(tiny_pair_f32, *EXACT, "-bs"), tmp_path / "dflash.log") as spec:
         got = spec.complete(PROMPTS[0], N_GEN)
@@ -281,7 +281,7 @@ def test_lossless_greedy_with_backend_sampling(ar_exact: Server, llama_bin: Path
 @slow
 def test_greedy_requests_pick_the_full_chains_token(ar_server: Server, llama_bin: Path,
                                                     tiny_pair_f32: tuple[Path, Path], tmp_path: Path) -> None:
-    """Patch 0008: a greedy request (temperature 0, no sampler on that can move the top token) takes
+    """Patch 0013: a greedy request (temperature 0, no sampler on that can move the top token) takes
     the argmax of its biased logits row, on the host or with -bs in the graph, instead of running
     the full sampler chain over the vocabulary; a request for probabilities (n_probs) still runs
     the chain. Same server, same logits: the tokens must be the chain's, also with a logit bias
@@ -304,7 +304,7 @@ def test_greedy_requests_pick_the_full_chains_token(ar_server: Server, llama_bin
             assert bs.complete(prompt, n, logit_bias=bias)["tokens"] == fast[name], f"-bs: {name}"
 
 
-# request settings (over Server.complete's temperature 0, top_k 1) and whether patch 0008 samples
+# request settings (over Server.complete's temperature 0, top_k 1) and whether patch 0013 samples
 # them with the lone argmax: only where no sampler on can move the top token
 GREEDY_CASES = [
     ({}, True),
@@ -348,29 +348,28 @@ RESERVE_LINE = re.compile(r"sched_reserve: reserving")  # logged at -lv 4
 
 
 @slow
-def test_a_like_sampler_keeps_the_scheduler(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """Patch 0020: with backend sampling (-bs) each request registers its sampler chain with the
-    context, and upstream re-reserves the scheduler at every change: new compute buffers, every
-    graph rebuilt at new addresses (on CUDA, captured again). A chain like the one the scheduler was
-    reserved with keeps it. Three greedy requests then a sampled one: upstream (LLAMA_SAMPLER_RESERVE=1)
-    reserves for each of the four, the patch for the first and for the sampled chain only. The
-    greedy requests' tokens are the same either way."""
+def test_a_like_sampler_keeps_the_scheduler(llama_bin: Path, upstream_build_dir: Path,
+                                            tiny_pair_f32: tuple[Path, Path], tmp_path: Path) -> None:
+    """Patch "llama: like samplers keep the scheduler": with backend sampling (-bs) each request
+    registers its sampler chain with the context, and upstream re-reserves the scheduler at every
+    change: new compute buffers, every graph rebuilt at new addresses (on CUDA, captured again). A
+    chain like the one the scheduler was reserved with keeps it. Three greedy requests then a
+    sampled one: upstream's build reserves for each of the four, the series' for the first and for
+    the sampled chain only. The greedy requests' tokens are the same either way."""
     target, _ = tiny_pair_f32
     sampled = {"temperature": 0.8, "top_k": 40}
     reserves: dict[str, int] = {}
     tokens: dict[str, list[list[int]]] = {}
-    for always in ("0", "1"):
-        monkeypatch.setenv("LLAMA_SAMPLER_RESERVE", always)
-        log = tmp_path / f"reserve-{always}.log"
-        with llama_server(llama_bin, _base(target, "-bs", "-lv", "4"), log) as s:
+    for name, bin_dir in (("buun", llama_bin), ("upstream", upstream_build_dir / "upstream-cpu" / "bin")):
+        log = tmp_path / f"reserve-{name}.log"
+        with llama_server(bin_dir, _base(target, "-bs", "-lv", "4"), log) as s:
             before = len(RESERVE_LINE.findall(log.read_text(errors="replace")))
-            tokens[always] = [s.complete(p, 8)["tokens"] for p in PROMPTS[:3]]
+            tokens[name] = [s.complete(p, 8)["tokens"] for p in PROMPTS[:3]]
             s.complete(PROMPTS[0], 8, **sampled)
             # a task's timings are logged after its decodes, so after any reserve they made
-            reserves[always] = len(RESERVE_LINE.findall(_logged(log, GRAPHS_REUSED, 4))) - before
-    assert reserves == {"0": 2, "1": 4}
-    assert tokens["0"] == tokens["1"]
+            reserves[name] = len(RESERVE_LINE.findall(_logged(log, GRAPHS_REUSED, 4))) - before
+    assert reserves == {"buun": 2, "upstream": 4}
+    assert tokens["buun"] == tokens["upstream"]
 
 
 def _continuation(server: Server, committed: list[int], cached: bool) -> dict:
@@ -402,8 +401,8 @@ def _chunked_continuation(server: Server, n_prompt: int, committed: list[int]) -
 def test_rollback_matches_decoding_from_scratch(ar_server: Server, llama_bin: Path,
                                                 tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
                                                 synth: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """For a tree (patch 0029) the step commits the accepted path by tape replay from the state
-    before the tree (patch 0028), also where the path left the drafter's top-1 chain: the trace
+    """For a tree (patch 0022) the step commits the accepted path by tape replay from the state
+    before the tree (patch 0021), also where the path left the drafter's top-1 chain: the trace
     must show such steps. A parent off by one in that replay moves the state by ~5 in
     log-probability (test-tree-decode's neighbour control)."""
     monkeypatch.setenv("LLAMA_TRACE", "1")
@@ -438,7 +437,7 @@ def test_rollback_matches_decoding_from_scratch(ar_server: Server, llama_bin: Pa
 @slow
 def test_a_request_that_ends_inside_a_draft_keeps_its_cache(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
                                                             tmp_path: Path) -> None:
-    """Patch 0030: a step accepts tokens past the request's budget (0018 keeps drafts whole); they
+    """Patch 0023: a step accepts tokens past the request's budget (0015 keeps drafts whole); they
     leave the slot's cache, so continuing with the tokens sent reuses the cache (at most two tokens
     evaluated) instead of going back to a context checkpoint (45 tokens before the patch). Budgets
     that end inside a draft, with partial acceptance at the last step and without, for a chain and
@@ -457,7 +456,7 @@ def test_a_request_that_ends_inside_a_draft_keeps_its_cache(llama_bin: Path, tin
 @slow
 def test_tree_greedy_equals_ar(ar_exact: Server, llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
                                tmp_path: Path) -> None:
-    """Patch 0029: a tree step walks the verified tree by the target's own greedy choices, so the
+    """Patch 0022: a tree step walks the verified tree by the target's own greedy choices, so the
     output is AR's token for token, for budgets below, just above and well above the chain's 15
     (each step decodes a tree, commits its path and gives the drafter the path's features). The
     random drafter's trees are rarely accepted, so a step makes about one token: 32 tokens a
@@ -490,7 +489,7 @@ def test_a_tree_of_one_candidate_per_depth_is_the_chain(llama_bin: Path, tiny_pa
     assert all(0 < accepted < drafted for _, (drafted, accepted) in runs["chain"]), runs["chain"]
 
 
-# Tape replay (patch 0005) against upstream's snapshot planes: the replay runs the ops the verify
+# Tape replay (patch 0011) against upstream's snapshot planes: the replay runs the ops the verify
 # ran, on the same inputs, so the two rollbacks should agree to the last bit where kernels are
 # deterministic (the CPU: 0.0 measured). On CUDA a bound far below the decoding noise.
 TAPE_TOL = 1e-5
@@ -539,14 +538,14 @@ def test_state_after_rollbacks_survives_slot_save_and_restore(ar_exact: Server, 
                                                                tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
                                                                synth: list[str],
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """Patch 0005 saves a sequence state whose last rollback still waits for its replay as the state
+    """Patch 0011 saves a sequence state whose last rollback still waits for its replay as the state
     before the verify plus the tape tokens to replay. Generations that a stop string ends inside an
     accepted draft leave such a state (n_predict alone never does: the server drafts no more than
     the tokens left); a slot saved then, overwritten and restored must hold the state decoding
     its tokens from scratch gives, and the same next-token log-probabilities as the live state had
     before it was overwritten (exactly on the CPU, within TAPE_TOL_GPU on CUDA). On CUDA the
     from-scratch comparison carries the batch-size noise of the rollback test (~1e-2 measured),
-    so there it is held to TOL_CAP, the most the harness judges. With a tree (patch 0029) the
+    so there it is held to TOL_CAP, the most the harness judges. With a tree (patch 0022) the
     accepted paths, branches among them (the trace shows them), are committed the same way."""
     monkeypatch.setenv("LLAMA_TRACE", "1")
     tol_exact, tol_scratch = _tape_tol(), TOL_CAP if gpu_layers() else TOL_FLOOR
@@ -602,7 +601,7 @@ def _drafts_by_features(llama_bin: Path, args: list[str], prompts: list[list[int
 @slow
 def test_device_features_draft_as_host_features(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """Patch 0011: the target's features of a verify batch stay on the device and the draft
+    """Patch 0014: the target's features of a verify batch stay on the device and the draft
     injects them from there. The draft sees its context only through those features, so a wrong
     row, layer or position changes its candidates: every step's candidates (token and probability)
     and the generation must be those of upstream's path through the host
@@ -616,7 +615,7 @@ def test_device_features_draft_as_host_features(llama_bin: Path, tiny_pair_f32: 
 @slow
 def test_a_trees_path_reaches_the_drafter_as_through_the_host(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
                                                               tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Patch 0045: a tree step gives the drafter its accepted path's features in one decode, their
+    """Patch 0022: a tree step gives the drafter its accepted path's features in one decode, their
     rows gathered on the device and padded to the chain's injection at positions past the path,
     which the step then clears. The drafter's candidates and the tokens must be those of the path
     through the host (LLAMA_DFLASH_DEVICE_FEATURES=0, padded alike: on CUDA a matmul's rows depend
@@ -643,10 +642,10 @@ VERIFY_LINE = re.compile(r"task (\d+) \| accepted +(\d+)/ *\d+ draft tokens")  #
 @slow
 def test_spec_profile_accounts_for_every_step(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """Patch 0004: with LLAMA_SPEC_PROFILE=1 the server logs, when a task ends, the mean ms per
+    """Patch 0010: with LLAMA_SPEC_PROFILE=1 the server logs, when a task ends, the mean ms per
     speculative step of each phase, the number of steps, the target rows the accept phase
     sampled, and the steps whose verify built the target's graph instead of reusing it (a task's
-    first verify, after its prompt's graph; 0018 keeps the drafts of its last steps whole), with
+    first verify, after its prompt's graph; 0015 keeps the drafts of its last steps whole), with
     the verify time of those, of the steps right after them and of the rest, and the steps whose
     draft or feature injection reused none of the drafter's graphs. The
     server's trace (LLAMA_TRACE=1) logs every verify step with its accepted drafts, and a step
@@ -681,87 +680,73 @@ GRAPHS_REUSED = re.compile(r"graphs reused = +(\d+)")
 
 @slow
 def test_verify_graph_is_reused_to_the_end_of_the_budget(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
-                                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Patch 0018: a DFlash draft keeps its full length when fewer tokens than that are left of
-    the request's budget, so the verify batch keeps its shape and its graph is reused to the end
-    of the request instead of rebuilt for each shorter draft. At synthetic AL 1 a step adds one
-    token: after the prompt, a request of N tokens runs N - 1 verify steps, and only the prompt's
-    graph and the first verify's are built. LLAMA_SPEC_FULL_DRAFT=0 shortens the last drafts as
-    upstream's server does, one graph each. The draft statistics are upstream's either way: the
+                                                         tmp_path: Path) -> None:
+    """Patch "server: whole drafts to the budget end": a DFlash draft keeps its full length when
+    fewer tokens than that are left of the request's budget, so the verify batch keeps its shape
+    and its graph is reused to the end of the request instead of rebuilt for each shorter draft (as
+    upstream's server shortens it: a graph each of the last 15 steps). At synthetic AL 1 a step
+    adds one token: after the prompt, a request of N tokens runs N - 1 verify steps, and only the
+    prompt's graph and the first verify's are built. The draft statistics are upstream's: the
     positions past the budget are not counted, at AL 1 (nothing accepted) as when every drafted
     token is accepted (synthetic AL 16, the whole draft of 15)."""
     n = 48
-    reused: dict[str, int] = {}
-    stats: dict[tuple[str, str], tuple[int, int]] = {}
+    reused = 0
+    stats: dict[str, tuple[int, int]] = {}
     for al in ("1", "16"):
-        for full in ("1", "0"):
-            monkeypatch.setenv("LLAMA_SPEC_FULL_DRAFT", full)
-            log = tmp_path / f"reuse-{al}-{full}.log"
-            with llama_server(llama_bin, _dflash_args(tiny_pair_f32, "--spec-synth-len", al), log) as spec:
-                out = spec.complete(PROMPTS[0], n)
-            assert len(out["tokens"]) == n, "the budget still ends the request"
-            stats[al, full] = _spec_stats(out)
-            if al == "1":
-                counts = [int(m.group(1)) for m in GRAPHS_REUSED.finditer(log.read_text(errors="replace"))]
-                assert counts, "no graph statistics in the server log"
-                reused[full] = counts[-1]
-    assert reused["1"] >= n - 3, f"the target's graph was reused {reused['1']} times in {n - 1} verify steps"
-    assert reused["0"] <= n - 12, f"shortened drafts: the graph was reused {reused['0']} times"
+        log = tmp_path / f"reuse-{al}.log"
+        with llama_server(llama_bin, _dflash_args(tiny_pair_f32, "--spec-synth-len", al), log) as spec:
+            out = spec.complete(PROMPTS[0], n)
+        assert len(out["tokens"]) == n, "the budget still ends the request"
+        stats[al] = _spec_stats(out)
+        if al == "1":
+            counts = [int(m.group(1)) for m in GRAPHS_REUSED.finditer(log.read_text(errors="replace"))]
+            assert counts, "no graph statistics in the server log"
+            reused = counts[-1]
+    assert reused >= n - 3, f"the target's graph was reused {reused} times in {n - 1} verify steps"
     # AL 1: with R tokens left a draft shortened to the budget has min(15, R - 1) positions, R = 47..1
-    assert stats["1", "1"] == stats["1", "0"] == (15 * 31 + 15 * 16 // 2, 0)
+    assert stats["1"] == (15 * 31 + 15 * 16 // 2, 0)
     # the whole draft accepted: 16 + 16 tokens, then 15 left, of which the last draft counts 14
-    assert stats["16", "1"] == stats["16", "0"] == (15 + 15 + 14, 15 + 15 + 14)
+    assert stats["16"] == (15 + 15 + 14, 15 + 15 + 14)
 
 
 @slow
 def test_kv_cells_crossing_256_keep_the_verify_graph(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
                                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Patch 0019: n_kv, part of every graph's shape, is padded to 1024 cells, so a request that
-    grows its cache past 256 cells keeps verifying with the graph of its first verify (the
-    profile's `rebuilt` counts the verifies that built a graph). LLAMA_KV_PAD=256, upstream's
-    padding, rebuilds it at the crossing."""
+    """Patch "kv-cache: n_kv padded to 1024 cells": n_kv, part of every graph's shape, is padded
+    to 1024 cells, so a request that grows its cache past 256 cells keeps verifying with the graph
+    of its first verify (the profile's `rebuilt` counts the verifies that built a graph); upstream's
+    padding of 256 rebuilt it at the crossing (2)."""
     monkeypatch.setenv("LLAMA_SPEC_PROFILE", "1")
     n = 320  # 16 tokens a step (every draft accepted): the cache passes 256 cells mid-request
-    rebuilt: dict[str | None, int] = {}
-    for pad in (None, "256"):
-        if pad is None:
-            monkeypatch.delenv("LLAMA_KV_PAD", raising=False)
-        else:
-            monkeypatch.setenv("LLAMA_KV_PAD", pad)
-        log = tmp_path / f"pad-{pad}.log"
-        with llama_server(llama_bin, _dflash_args(tiny_pair_f32, "--spec-synth-len", "16"), log) as spec:
-            out = spec.complete(PROMPTS[0], n)
-        assert len(out["tokens"]) == n
-        profiles = list(PROFILE_LINE.finditer(log.read_text(errors="replace")))
-        assert len(profiles) == 1, "expected one profile line"
-        rebuilt[pad] = int(profiles[0].group(6))
-    assert rebuilt == {None: 1, "256": 2}
+    log = tmp_path / "pad.log"
+    with llama_server(llama_bin, _dflash_args(tiny_pair_f32, "--spec-synth-len", "16"), log) as spec:
+        out = spec.complete(PROMPTS[0], n)
+    assert len(out["tokens"]) == n
+    profiles = list(PROFILE_LINE.finditer(log.read_text(errors="replace")))
+    assert len(profiles) == 1, "expected one profile line"
+    assert int(profiles[0].group(6)) == 1, "a verify past 256 cells built its graph again"
 
 
 @slow
 def test_drafter_keeps_both_graphs(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Patch 0022: the drafter's context alternates two graphs every step, the injection of the
-    verify batch's features (no outputs) and the draft (outputs); its small batches without
-    outputs run on a second scheduler, so both graphs are reused from step to step. The profile
-    counts the steps whose draft or injection built its graph: in the first task one each (the
-    first step's), in the next none for the draft and one for the injection (the task's prompt
-    went through the same scheduler). LLAMA_DFLASH_SCHED_ALT=0, one scheduler as upstream,
-    builds both in every step. The tokens are the same either way."""
+    """Patch "llama: second scheduler for the drafter": the drafter's context alternates two
+    graphs every step, the injection of the verify batch's features (no outputs) and the draft
+    (outputs); its small batches without outputs run on a second scheduler, so both graphs are
+    reused from step to step (with one scheduler, as upstream, both were built in every step). The
+    profile counts the steps whose draft or injection built its graph: in the first task one each
+    (the first step's), in the next none for the draft and one for the injection (the task's
+    prompt went through the same scheduler)."""
     monkeypatch.setenv("LLAMA_SPEC_PROFILE", "1")
-    runs = {}
-    for alt in ("1", "0"):
-        monkeypatch.setenv("LLAMA_DFLASH_SCHED_ALT", alt)
-        log = tmp_path / f"sched-alt-{alt}.log"
-        with llama_server(llama_bin, _dflash_args(tiny_pair_f32, "--spec-synth-len", "2.5"), log) as spec:
-            tokens = [spec.complete(prompt, N_GEN)["tokens"] for prompt in PROMPTS[:2]]
-        profiles = list(PROFILE_LINE.finditer(log.read_text(errors="replace")))
-        assert len(profiles) == 2, "expected one profile line per task"
-        runs[alt] = tokens, [(int(m.group(1)), int(m.group(10)), int(m.group(11))) for m in profiles]
-    (first, second) = runs["1"][1]
-    assert first[1:] == (1, 1) and second[1:] == (0, 1), f"(steps, draft, inject) rebuilt per task: {runs['1'][1]}"
-    assert all(draft == inject == steps for steps, draft, inject in runs["0"][1]), runs["0"][1]
-    assert runs["1"][0] == runs["0"][0], "the tokens differ with the second scheduler"
+    log = tmp_path / "sched-alt.log"
+    with llama_server(llama_bin, _dflash_args(tiny_pair_f32, "--spec-synth-len", "2.5"), log) as spec:
+        for prompt in PROMPTS[:2]:
+            spec.complete(prompt, N_GEN)
+    profiles = list(PROFILE_LINE.finditer(log.read_text(errors="replace")))
+    assert len(profiles) == 2, "expected one profile line per task"
+    first, second = [(int(m.group(1)), int(m.group(10)), int(m.group(11))) for m in profiles]
+    assert first[0] > 2 and second[0] > 2, "too few steps to tell a reused graph from a rebuilt one"
+    assert first[1:] == (1, 1) and second[1:] == (0, 1), f"(steps, draft, inject) rebuilt per task: {first}, {second}"
 
 
 GRAPH_NODES = re.compile(r"sched_reserve: graph(?: \(pp bs=\d+, tg bs=\d+\))?: nodes = (\d+)")
@@ -770,7 +755,7 @@ GRAPH_NODES = re.compile(r"sched_reserve: graph(?: \(pp bs=\d+, tg bs=\d+\))?: n
 @slow
 def test_sampling_runs_once_over_a_sequences_rows(llama_bin: Path, tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Patch 0023: with backend sampling (-bs) a sampler chain that works row by row (the greedy
+    """Patch 0019: with backend sampling (-bs) a sampler chain that works row by row (the greedy
     request's argmax, the draft's top-k) runs once over a sequence's consecutive rows instead of
     once per row, so the graphs of the verify and of the draft, reserved once their samplers are
     set, have fewer nodes; a result's rows come back to the host in one strided copy. The draft's

@@ -29,7 +29,7 @@ from pathlib import Path
 from buun_tool.base import locks, paths
 from buun_tool.base.errors import BuunError, Exit, NotReadyError, UsageError
 from buun_tool.base.proc import git, run
-from buun_tool.pipeline import vendor
+from buun_tool.pipeline import patch_docs, vendor
 from buun_tool.pipeline.stage import StageStatus, current, stale
 
 PATCH_RE = re.compile(r"^\d{4}-.+\.patch$")
@@ -38,33 +38,16 @@ COMMITTER = {"GIT_COMMITTER_NAME": "buun", "GIT_COMMITTER_EMAIL": "buun@localhos
 # rebase-apply/) when a run was stopped mid-`git am` (Ctrl-C, SIGKILL), which nothing ended.
 APPLYING = "buun-applying"
 
-# The series' switch for the delta-net rollback (patch 0005), read by the patched llama.cpp from
+# The series' switch for the delta-net rollback (patch 0011), read by the patched llama.cpp from
 # its environment: the tape replay (its default) or upstream's snapshot planes.
 ROLLBACK_ENV = "LLAMA_RS_ROLLBACK"
 ROLLBACKS = ("tape", "snapshot")
-# all of the series' environment switches: 0005's rollback, 0008's greedy argmax (0 keeps upstream's
-# sampler chain), 0009/0012/0013's small-batch matmul (0 keeps MMQ, a list such as q4_K,q5_K keeps
-# it for the other types), 0010's top-k (0 sorts the rows), 0011's device-resident features (0
-# sends them through the host), 0014's split argmax (0: a block a row), 0015's shared activation
-# quantization (0: one per matmul), 0016's short-row concat (0: upstream's kernel), 0017's forced
-# block size of the small-batch kernel (4, 8 or 16 warps), 0018's whole drafts at the end of a
-# request's budget (0: shortened as upstream), 0019's n_kv granularity (256: upstream's), 0020's
-# scheduler kept for a like sampler (1: re-reserved at every change), 0021's CUDA graph keys (0: the
-# first node's address), 0022's second scheduler of the drafter (0: one, as upstream), 0023's
-# sampler chains run once over a sequence's rows (0: once per row), 0024's PDL for the series'
-# kernels (0: plain launches), 0039's version 2 of the small-batch matmul (0: the first version),
-# 0042's weight loads of that version (0: __ldg and the prefetch), 0043's short conv (0: the
-# kernels before), 0044's delta net (0: sized for 2 blocks an SM), 0045's padded path (0: the path
-# alone), 0046's tree kernel at 12 blocks (2: at 2), 0047's 3-warp blocks (0: 4 warps), 0048's
-# shared state slots (64: 0025's layout), 0004's profile
-SWITCHES = (ROLLBACK_ENV, "LLAMA_SAMPLING_GREEDY", "GGML_CUDA_MMQ_SMALL", "GGML_CUDA_TOP_K_SMALL",
-            "LLAMA_DFLASH_DEVICE_FEATURES", "GGML_CUDA_ARGMAX_SPLIT", "GGML_CUDA_MMQS_SHARE",
-            "GGML_CUDA_CONCAT_SHORT", "GGML_CUDA_MMQS_NWARPS", "LLAMA_SPEC_FULL_DRAFT",
-            "LLAMA_KV_PAD", "LLAMA_SAMPLER_RESERVE", "GGML_CUDA_GRAPH_SHAPE_KEY",
-            "LLAMA_DFLASH_SCHED_ALT", "LLAMA_SAMPLER_ROWS", "GGML_CUDA_PDL_SERIES",
-            "GGML_CUDA_MMQS_V2", "GGML_CUDA_MMQS_LD", "GGML_CUDA_SSM_CONV_SHORT",
-            "GGML_CUDA_GDN_BLOCKS", "LLAMA_DFLASH_PATH_PAD", "GGML_CUDA_GDN_TREE_BLOCKS",
-            "GGML_CUDA_MMQS_WAVES", "GGML_CUDA_GDN_SHARED_SLOTS", "LLAMA_SPEC_PROFILE")
+# The series' environment switches, each for a user or a maintainer (patches/README.md says why):
+# the rollback (tape or upstream's snapshots), the small-batch matmul off (0 or a list of types),
+# the device-resident features off (0: through the host), greedy requests through upstream's
+# sampler chain (0), row-wise sampler chains once per row (0), and the step profile (1).
+SWITCHES = (ROLLBACK_ENV, "GGML_CUDA_MMQ_SMALL", "LLAMA_DFLASH_DEVICE_FEATURES", "LLAMA_SAMPLING_GREEDY",
+            "LLAMA_SAMPLER_ROWS", "LLAMA_SPEC_PROFILE")
 
 
 def rollback_from_env() -> str:
@@ -194,7 +177,7 @@ def _unknown_commits(repo: Path, patches: list[Patch]) -> list[str]:
     return [f"{sha[:10]} {subj}" for sha, subj, pid in _commits(repo) if pid not in ids and subj not in subjects]
 
 
-def _am(repo: Path, patch: Patch) -> bool:
+def am(repo: Path, patch: Patch) -> bool:
     # The author and date come from the patch; a fixed committer makes the commit ids depend on
     # the series alone (and works on machines with no git identity configured).
     proc = run(["git", "-C", str(repo), "am", "--keep-cr", "--whitespace=nowarn", "--committer-date-is-author-date",
@@ -211,7 +194,7 @@ def _apply_series(repo: Path, start: str) -> list[str]:
     for st in status():
         if st.state == "applied":
             continue
-        if not _am(repo, st.patch):
+        if not am(repo, st.patch):
             detail = _failure_detail(repo, st.patch)
             git(repo, "reset", "-q", "--hard", start)
             pin = vendor.load_pin()
@@ -300,7 +283,7 @@ def check() -> list[str]:
             git(wt, "reset", "-q", "--hard", vendor.BASELINE_TAG)
             pending = series()
         for p in pending:
-            if not _am(wt, p):
+            if not am(wt, p):
                 raise BuunError(f"patch {p.name} would not apply:\n{_failure_detail(wt, p)}",
                                 "regenerate it against the pin (see patches/README.md)", exit_code=Exit.CONFLICT)
         return [p.name for p in pending]
@@ -348,4 +331,7 @@ def _export() -> list[str]:
             old.path.unlink()
         for f in new:
             shutil.move(str(f), out / f.name)
+    readme = out / "README.md"
+    if readme.is_file():  # the series' description, from the headers just written
+        patch_docs.rewrite(readme, [p.path for p in series(out)])
     return [f.name for f in new]
