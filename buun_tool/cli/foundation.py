@@ -4,8 +4,9 @@
                                          check the machine (non-zero exit when a required check fails)
     buun vendor [--from-archive FILE]    fetch the pinned llama.cpp into vendor/llama.cpp
     buun vendor --archive FILE           write a trimmed source archive for offline machines
-    buun patch [--check|--status|--reverse]   apply / dry-run / show / remove the patch series
-    buun patch export                    regenerate patches/ from commits in vendor/llama.cpp
+    buun patch [--check|--status|--reverse|--lint]
+                                         apply / dry-run / show / remove / lint the patch series
+    buun patch export                    regenerate patches/ (and their README's table) from vendor/llama.cpp
     buun build [--cpu|--cuda] [--cuda-arch 86] [--force] [--upstream]
 """
 
@@ -18,12 +19,12 @@ from rich.text import Text
 
 from buun_tool.base import console, paths
 from buun_tool.base.console import Table
-from buun_tool.base.errors import Exit, UsageError
+from buun_tool.base.errors import BuunError, Exit, UsageError
 from buun_tool.cli.options import ModelsDirOpt
 from buun_tool.formats import recipes
 from buun_tool.pipeline import build as build_stage
 from buun_tool.pipeline import doctor as doctor_stage
-from buun_tool.pipeline import patches
+from buun_tool.pipeline import patch_lint, patches
 from buun_tool.pipeline import vendor as vendor_stage
 
 _STATUS_STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "applied": "green", "pending": "yellow",
@@ -81,14 +82,23 @@ def patch(
     check: bool = typer.Option(False, "--check", help="Dry run: would the series apply? Changes nothing."),
     status: bool = typer.Option(False, "--status", help="Show which patches are applied."),
     reverse: bool = typer.Option(False, "--reverse", help="Remove the series (back to the pristine pin)."),
+    lint: bool = typer.Option(False, "--lint", help="Check that no patch rewrites lines an earlier patch added."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Name each patch applied (or that would apply)."),
 ) -> None:
     """Apply the patches in order (idempotent; all or nothing)."""
     if ctx.invoked_subcommand:
         return
-    if sum((check, status, reverse)) > 1:
-        raise UsageError("--check, --status and --reverse exclude each other")
-    if status:
+    if sum((check, status, reverse, lint)) > 1:
+        raise UsageError("--check, --status, --reverse and --lint exclude each other")
+    if lint:
+        found = patch_lint.lint()
+        if found:
+            raise BuunError(f"{len(found)} line(s) of the series are rewritten by a later patch:\n  "
+                            + "\n  ".join(map(str, found[:20])),
+                            "fold each fix into the patch that added the line (patches/README.md, "
+                            "\"Working on a patch\")", exit_code=Exit.CONFLICT)
+        console.ok(f"no patch of the {len(patches.series())} rewrites a line an earlier one added")
+    elif status:
         table = Table(box=None)
         table.add_column("patch")
         table.add_column("state")
