@@ -761,7 +761,7 @@ def test_a_float_recipe_needs_no_quantize(tiny_hub: FakeHub, tiny_models_built: 
                [(t.name, b"".join(ref.tensor_bytes(t))) for t in ref.tensors]
 
 
-# --- patch 0003: the fork's workflow, a self-contained drafter folder --------------------------
+# --- patch 0009: the fork's workflow, a self-contained drafter folder --------------------------
 
 @pytest.mark.slow
 class TestSelfContainedDrafter:

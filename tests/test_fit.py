@@ -55,7 +55,7 @@ class TestComponents:
     def test_calibration_points(self, recipe) -> None:
         assert fit.predict(recipe, CALIBRATION_AR).total / fit.GIB == pytest.approx(16.3, abs=0.05)
         # 19.7 with upstream's sampling once per row, whose drafter compute buffer was twice as large
-        # (61.9 MiB more, full scale); patch 0023 samples the drafter's rows at once
+        # (61.9 MiB more, full scale); patch 0019 samples the drafter's rows at once
         dflash = fit.predict(recipe, CALIBRATION_DFLASH)
         assert dflash.total / fit.GIB == pytest.approx(19.64, abs=0.05)
         assert dflash.get("drafter_compute") / MIB == pytest.approx(61.875, abs=0.01)
@@ -63,7 +63,7 @@ class TestComponents:
     def test_tape_rollback_keeps_one_plane_and_a_tape(self, recipe) -> None:
         tape = fit.predict(recipe, replace(CALIBRATION_DFLASH, rollback="tape"))
         snapshot = fit.predict(recipe, CALIBRATION_DFLASH)
-        # 1 plane (patch 0038) + 48 layers x 16 tokens x (conv 10240 + gate and beta 2 x 48) f32, and a
+        # 1 plane (patch 0011) + 48 layers x 16 tokens x (conv 10240 + gate and beta 2 x 48) f32, and a
         # zero row of gate and beta per layer
         assert tape.get("recurrent") == 48 * (128 * 6144 + 3 * 10240) * 4 + 48 * 17 * (10240 + 96) * 4
         assert tape.get("recurrent") / MIB == pytest.approx(181.80, abs=0.01)
@@ -126,7 +126,7 @@ class TestSlots:
         one = fit.with_slots(recipe, self.TAPE, 1)
         cost = fit.slot_cost(recipe, one, 6144)
         assert cost["target_kv"] == 16 * 6144 * 4 * 256 * 2 * 2  # its 6144 cells, K+V f16
-        assert cost["recurrent"] == PLANE + (15 + 1) * TAPE_ROW  # its plane and a verify's tape (0038)
+        assert cost["recurrent"] == PLANE + (15 + 1) * TAPE_ROW  # its plane and a verify's tape (0011)
         assert cost["target_compute"] == 2 * 16 * LOGITS_ROW + MASK - UB_ROWS_CUDA  # both slots' logits, twice the mask
         assert cost["features"] == 16 * FEATURE_ROW and cost["drafter_kv"] == 5 * 6144 * 8 * 128 * 2 * 2  # no -cd
         # five slots need -ub 80: the compute buffers grow too
@@ -356,9 +356,9 @@ class TestMeasured:
         fit.FitFlags(ctx=2048, draft_max=15),
         fit.FitFlags(ctx=3000, draft_max=4, ubatch=128, cache_type_k="q8_0", cache_type_v="q8_0", n_parallel=2),
         fit.FitFlags(ctx=2048, draft_max=0, batch=2048, ubatch=512),
-        # needs patch 0029's --spec-tree-budget: fails with a build before it
+        # needs patch 0022's --spec-tree-budget: fails with a build before it
         fit.FitFlags(ctx=2048, draft_max=15, tree_budget=22),
-        # needs patch 0034: the features of a verify of four slots
+        # needs patch 0014: the features of a verify of four slots
         fit.FitFlags(ctx=4096, draft_max=15, n_parallel=4),
     ], ids=["dflash", "dflash-q8-np2", "ar", "dflash-tree22", "dflash-np4"])
     def test_prediction_matches_the_buffers(self, recipe, flags: fit.FitFlags, tiny_pair, llama_bin,

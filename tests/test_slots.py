@@ -6,16 +6,16 @@ disturb each other:
 
 - concurrent greedy requests of different lengths on 2, 4 and 8 slots each give their AR output
   (exactly on the CPU; on a GPU build up to the harness's tie rule), and /slots reports each
-  slot's own draft statistics (patch 0035);
+  slot's own draft statistics (patch 0025);
 - under synthetic partial acceptance every slot's output is what the same request gives alone on
   one slot, and a slot's cached state, after its rollbacks and the other slots' work, is the state
-  decoding its tokens from scratch gives (patch 0032);
+  decoding its tokens from scratch gives (patch 0011);
 - the features of a verify batch of several slots stay on the device and draft as the host's
-  (patch 0034);
+  (patch 0014);
 - a request cancelled mid-stream leaves the other slot's output unchanged, and its slot, reused,
   starts clean;
 - a slot saved and restored while another slot generates holds its state, its drafter's included
-  (patch 0036).
+  (patch 0026).
 
 Exact comparisons between runs whose batches differ (one slot against several, device against
 host features under staggered requests) hold on the CPU, whose kernels compute a row the same in
@@ -54,7 +54,7 @@ SYNTH = ["--spec-synth-len", "2.5"]  # random partial acceptance: every step rol
 # draft candidates of the DFlash drafter, by sequence (common/speculative.cpp logs three per drafted
 # position with -v)
 CANDIDATE = re.compile(r"seq_id (\d+), draft candidate +\d+, pos +\d+: +\d+ \( *[-\d.]+\)")
-DEVICE_ROWS = re.compile(r"features of (\d+) rows from the device")  # patch 0034, with -v
+DEVICE_ROWS = re.compile(r"features of (\d+) rows from the device")  # patch 0014, with -v
 
 cpu_exact = pytest.mark.skipif(bool(gpu_layers()), reason="exact across different batches on the CPU only")
 
@@ -92,9 +92,9 @@ def test_concurrent_greedy_requests_equal_ar(ar: Server, llama_bin: Path, tiny_p
                                              tmp_path: Path, n_slots: int, n_gen: int) -> None:
     """N requests of different prompt and output lengths at once on N slots, each pinned to its
     slot: each gives the tokens of greedy AR decoding. Eight slots draft in two drafter decodes at
-    -ub 64 (patch 0033; upstream's one decode aborted) and verify with their cells kept in place
-    (patch 0032; upstream's moved a slot's tape away: `failed to remove sequence`). /slots then
-    reports each slot's last request as its response did (patch 0035)."""
+    -ub 64 (patch 0024; upstream's one decode aborted) and verify with their cells kept in place
+    (patch 0011; upstream's moved a slot's tape away: `failed to remove sequence`). /slots then
+    reports each slot's last request as its response did (patch 0025)."""
     prompts = [_prompt(k, 10 + 9 * k) for k in range(n_slots)]
     lengths = [n_gen + 5 * k for k in range(n_slots)]
     args = _slots_args(tiny_pair_f32, n_slots, *EXACT)
@@ -138,7 +138,7 @@ def test_a_cached_slot_keeps_its_state_while_the_others_work(ar: Server, llama_b
     before and after it, then serve requests together. Slot 2's state must stay the state decoding
     its tokens from scratch gives: the next-token log-probabilities on its cache, against AR's
     decoding them from scratch. Upstream's recurrent memory re-ordered the cells for the other slots' ubatch and
-    moved slot 2's out of place without its pending replay (patch 0032): nothing in common."""
+    moved slot 2's out of place without its pending replay (patch 0011): nothing in common."""
     mine, theirs = _prompt(2, 28), [_prompt(k, 30 + 5 * k) for k in range(2)]
     with llama_server(llama_bin, _slots_args(tiny_pair_f32, 3, *EXACT, *SYNTH), tmp_path / "spec.log") as spec:
         spec.complete(theirs[0][:8], 4, id_slot=0)  # the slots' cells in the order of their first use
@@ -169,7 +169,7 @@ def _candidates(log: Path, start: int = 0) -> dict[str, list[str]]:
 @cpu_exact
 def test_device_features_of_two_slots_draft_as_host_features(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Patch 0034: a verify batch of two slots keeps its features on the device, each slot's rows a
+    """Patch 0014: a verify batch of two slots keeps its features on the device, each slot's rows a
     range of the capture. The second request starts a second later, so some batches hold one slot's
     verify and the other's prompt tail, which the memory splits into two ubatches: those go
     through the host. Every slot's draft candidates and tokens must be the host path's
@@ -229,7 +229,7 @@ def test_slot_save_and_restore_while_another_slot_generates(ar: Server, llama_bi
                                                             tiny_pair_f32: tuple[Path, Path], tmp_path: Path) -> None:
     """Slot 0 is saved, overwritten and restored while slot 1 generates; slot 0 then continues its
     cached conversation. Both give AR's tokens, and the continuation on the restored slot drafts
-    exactly as the live slot does without the save (patch 0036 saves the drafter's state of the
+    exactly as the live slot does without the save (patch 0026 saves the drafter's state of the
     slot beside the target's; without it the drafter kept what the slot served in between)."""
     mine, theirs = _prompt(0, 23), _prompt(1, 40)
     runs: dict[str, tuple[list[int], dict[str, Any], dict[str, Any], dict[str, list[str]]]] = {}

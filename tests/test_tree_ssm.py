@@ -1,4 +1,4 @@
-"""The tree forms of the gated delta net and the short conv (patch 0025), on the build under test.
+"""The tree forms of the gated delta net and the short conv (patch 0001), on the build under test.
 
 `test-tree-ssm` runs each op over trees of tokens (a chain, a star, a forest, DDTree-like trees of
 budget 22 and 31, a bushy one longer than the chain kernels' 32-token path) on every backend of the

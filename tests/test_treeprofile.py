@@ -1,5 +1,5 @@
 """The synthetic tree-acceptance profile (buun_tool/treeprofile.py) and the DDTree builder of patch
-0026 (common/ddtree.h, checked by its own test-ddtree against brute force): the default profile
+0020 (common/ddtree.h, checked by its own test-ddtree against brute force): the default profile
 gives the HumanEval acceptance lengths it was calibrated to, and the C++ builder and the Python
 calibration agree on the trees they build."""
 

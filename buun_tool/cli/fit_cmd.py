@@ -105,7 +105,7 @@ def fit_cmd(
                                                     "step (--spec-tree-budget); 0 = the chain (default: the "
                                                     "recipe's).", show_default=False)] = None,
     rollback: Annotated[Rollback | None, typer.Option("--rollback",
-                                                      help="Recurrent-state rollback: tape (buun's patch 0005) or "
+                                                      help="Recurrent-state rollback: tape (buun's patch 0011) or "
                                                       "snapshot (upstream's planes); default: "
                                                       "LLAMA_RS_ROLLBACK, else tape.", show_default=False)] = None,
     margin: Annotated[float, typer.Option("--margin", help="GiB kept free (display, fragmentation).")

@@ -130,7 +130,7 @@ def bench_cmd(
     tree_budget: Annotated[str | None, typer.Option(
         "--tree-budget", metavar="N,N,...", help="Sweep the DDTree budget: one DFlash server per budget and the "
         "chain (0), on buun synth's random weights with the calibrated synthetic tree profile (--spec-synth-tree), "
-        "on real models with the drafter's own acceptance (needs patch 0029): the fastest budget, and the "
+        "on real models with the drafter's own acceptance (needs patch 0022): the fastest budget, and the "
         "report's tok/s and AL against the budget.", show_default=False)] = None,
     concurrency: Annotated[str | None, typer.Option(
         "--concurrency", metavar="N,N,...", help="Also send N requests at once to each AR and chain DFlash "
@@ -228,7 +228,7 @@ def bench_cmd(
     alone = bench_configs.without_twin(cfgs) if against else []
     if alone:
         console.warn(f"--against upstream: {', '.join(c.name for c in alone)} run on buun's build only "
-                     "(upstream llama.cpp has no tree verification, and its DFlash slots need patches 0032-0033)")
+                     "(upstream llama.cpp has no tree verification, and its DFlash slots need patches 0011 and 0024)")
     if url:  # after every usage check: a server not started is said before a run folder is made
         url = bench.check_url(url)
     t, d, note = (None, None, "running server") if url else _bench_models(r, target, drafter, scale, models)

@@ -20,7 +20,7 @@ from buun_tool.server import process
 from buun_tool.server.local import LocalServer
 
 _BUFFER = re.compile(r"\s(\S+)\s+(model|KV|RS|compute|output) buffer size =\s*([\d.]+) MiB")
-# patch 0011's capture of the target's layers for the drafter, in a buffer of its own
+# patch 0014's capture of the target's layers for the drafter, in a buffer of its own
 _FEATURES = re.compile(r"set_layer_inp_device: \d+ layers x \d+ rows, ([\d.]+) MiB on (\S+)")
 
 
@@ -84,7 +84,7 @@ def _component_mib(sections: list[dict[str, dict[str, float]]], gpu: bool) -> di
 
 
 def features_mib(log: str, gpu: bool) -> float | None:
-    """The last size patch 0011's capture logged (None: no capture, AR or a build without it)."""
+    """The last size patch 0014's capture logged (None: no capture, AR or a build without it)."""
     found = [float(m.group(1)) for m in _FEATURES.finditer(log) if is_gpu_buffer(m.group(2)) or not gpu]
     return found[-1] if found else None
 
@@ -118,7 +118,7 @@ def supports_flag(binary: Path, flag: str) -> bool:
 
 
 def device_mib(sections: list[dict[str, dict[str, float]]], log: str) -> dict[str, float]:
-    """llama.cpp's GPU buffers by device, every model and kind together, with patch 0011's features."""
+    """llama.cpp's GPU buffers by device, every model and kind together, with patch 0014's features."""
     out: dict[str, float] = {}
     for section in sections:
         for devices in section.values():

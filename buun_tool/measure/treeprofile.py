@@ -6,7 +6,7 @@ U. At an easy depth the target's token is the drafter's rank-1 candidate with pr
 EASY_TOP1; at a hard one with probability `hard_top1`, and the other ranks share the rest of the
 top-K mass (EASY_MASS or HARD_MASS) geometrically (ratio RATIO); the remainder lies outside the top
 K. The drafter's log-probabilities are those rates, so the tree builder (common/ddtree.h, patch
-0026) puts its branches where this step's drafter is unsure, as it does with a real drafter. The
+0020) puts its branches where this step's drafter is unsure, as it does with a real drafter. The
 expected acceptance length of a tree (the bonus token included) is 1 plus the sum over its nodes
 of their path probabilities (DDTree, Prop. 1); `tree_al` averages that exactly over the 2^15
 easy/hard patterns, each with its own best tree, seeded with the top-1 chain and grown best-first
@@ -19,7 +19,7 @@ every step (no easy/hard split) did not reach them: in the families tried, with 
 ranks are its own order of likelihood and a chain of 7.67, a budget-22 tree gained at most 0.55
 (docs/tree.md).
 
-`synth_tree_value` writes a profile as llama-server's `--spec-synth-tree` value (patch 0029), with
+`synth_tree_value` writes a profile as llama-server's `--spec-synth-tree` value (patch 0022), with
 which a server feigns this acceptance for its chain or its tree; `buun bench --tree-budget` serves
 the default profile so.
 """
@@ -140,7 +140,7 @@ def write_rates(rates: list[list[float]]) -> str:
 
 
 def synth_tree_value(profile: Profile) -> str:
-    """The profile as llama-server's `--spec-synth-tree U:E1,...,EK:H1,...,HK` (patch 0029): U, then
+    """The profile as llama-server's `--spec-synth-tree U:E1,...,EK:H1,...,HK` (patch 0022): U, then
     the easy and the hard row of `rows()`. Each number is written in Python's shortest round-trip
     form, so the server's strtod reads back exactly these rates and a measured AL is compared with
     `tree_al` of the same numbers, not of rounded ones."""

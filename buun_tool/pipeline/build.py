@@ -33,7 +33,7 @@ from buun_tool.pipeline import patches, vendor
 from buun_tool.pipeline.stage import StageStatus, current, stale
 
 # the tree patches' checks (CI on the CPU build, `scripts/gpu_run.sh tree-ops` on CUDA): test-tree-ssm the ops
-# of 0025 on every backend of the build, test-ddtree the builder of 0026, test-tree-decode 0027-0028
+# of 0001 on every backend of the build, test-ddtree the builder of 0020, test-tree-decode 0021
 TARGETS = ("llama-server", "llama-quantize", "llama-cli", "llama-bench", "llama-speculative-simple",
            "ggml-rpc-server", "test-tree-ssm", "test-ddtree", "test-tree-decode")
 VARIANTS = ("cuda", "cpu")

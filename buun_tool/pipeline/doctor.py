@@ -95,7 +95,7 @@ def check_gpu(cpu_only: bool, gpus: list[nvidia.Gpu] | None = None) -> list[Chec
         checks.append(Check("build arch", "warn", f"the CUDA build is for sm_{built.replace(';', ', sm_')}: no code "
                             "for " + ", ".join(f"GPU {g.index} (sm_{g.arch})" for g in missing),
                             "run `buun build`: it compiles for every card here", required=False))
-    # the small-batch K-quant kernels (patches 0009, 0039) use Ampere's integer MMA; older cards get
+    # the small-batch K-quant kernels (patch 0003) use Ampere's integer MMA; older cards get
     # llama.cpp's own kernels for a verify's few columns
     old = [g for g in gpus if g.cc < (8, 0)]
     if old:
@@ -187,7 +187,7 @@ def check_llama_state() -> list[Check]:
 
 def patches_summary(states: list[patches.PatchStatus]) -> str:
     """The series in one short line: how many are applied and, by state, the numbers of the others
-    (every patch's number and state, 48 of them, filled a terminal with `0001:applied, ...`)."""
+    (every patch's number and state, 48 of them then, filled a terminal with `0001:applied, ...`)."""
     if not states:
         return "no patches"
     applied = sum(s.state == "applied" for s in states)

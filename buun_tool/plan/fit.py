@@ -17,14 +17,14 @@ attention on), following the pinned upstream's allocations:
 - KV cache of the full-attention layers only: pad256(ctx) cells x K and V rows, by cache type.
 - recurrent state of the Gated DeltaNet layers, f32: the delta-net state (state_size x
   value_dim) and the conv window ((kernel - 1) x conv_dim) per sequence. With a drafter, patch
-  0005's tape-replay rollback keeps 1 plane (0038) and a tape of n_rs_seq + 1 tokens (conv inputs, gate
+  0011's tape-replay rollback keeps 1 plane and a tape of n_rs_seq + 1 tokens (conv inputs, gate
   and beta per delta-net layer), n_rs_seq being the unclamped --spec-draft-n-max, or the tree
-  budget where that is larger (patch 0029 raises it so that the tape holds a tree's verify);
+  budget where that is larger (patch 0022 raises it so that the tape holds a tree's verify);
   upstream's snapshot rollback (LLAMA_RS_ROLLBACK=snapshot) keeps 1 + n_rs_seq planes.
 - the drafter's KV cache at its own context (-cd) or the target's.
-- the drafter's features: patch 0011 keeps the target's tapped layers of a verify on the device,
+- the drafter's features: patch 0014 keeps the target's tapped layers of a verify on the device,
   n_embd x taps x rows f32, rows the block size or a tree's verify where that is wider, one such
-  verify per slot up to the ubatch (patch 0034: the slots verify in one batch).
+  verify per slot up to the ubatch (patch 0014: the slots verify in one batch).
 - compute buffers: formulas fitted to llama-server's reported sizes (CPU build, full and tiny
   synthetic models, several ubatch, context and n_max values; see _target_compute), the target's
   activations scaled for CUDA (H200 readings). A tree verifies budget + 1 tokens in one ubatch:
@@ -60,7 +60,7 @@ CUDA_CONTEXT_MIB = 936
 DRAFT_CONTEXT_MIB = 145
 FIT = "fit"  # a recipe's `-c: fit`: the largest context that fits the GPU found at launch
 MARGIN_GIB = 0.25  # kept free on the GPU (display, fragmentation), here and in `buun fit`
-# llama-server's spellings of the tree budget (patch 0029)
+# llama-server's spellings of the tree budget (patch 0022)
 TREE_BUDGET_FLAGS = ("--spec-tree-budget", "--tree-budget", "--ddtree-budget")
 TREE_BUDGET_HINT = "0 (or 1) verifies the chain; 22 verifies a tree of 22 draft tokens (docs/tree.md)"
 
@@ -156,7 +156,7 @@ def check_tree_budget(n: int, option: str) -> int:
 
 
 def check_tree(f: FitFlags) -> None:
-    """A tree is decoded in one ubatch (patch 0027 asserts it): budget + 1 tokens must fit -ub."""
+    """A tree is decoded in one ubatch (patch 0021 asserts it): budget + 1 tokens must fit -ub."""
     ub = min(f.ubatch, f.batch)
     width = f.tree_budget + 1
     if f.tree and width > ub:
@@ -279,13 +279,13 @@ def recurrent_plane(t: TargetGeometry) -> int:
 def recurrent_planes(f: FitFlags) -> int:
     if not f.spec:
         return 1
-    return 1 if f.rollback == "tape" else 1 + f.rs_rows  # the tape: one plane since patch 0038
+    return 1 if f.rollback == "tape" else 1 + f.rs_rows  # the tape: one plane since patch 0011
 
 
 def recurrent_tape(t: TargetGeometry, f: FitFlags) -> int:
-    """Patch 0005's tape for one verify of n_rs_seq + 1 tokens (a tree's budget + 1 where that is
+    """Patch 0011's tape for one verify of n_rs_seq + 1 tokens (a tree's budget + 1 where that is
     wider): per delta-net layer and token the conv inputs, the gate and beta (f32), and per layer a
-    zero row of each (what a replay reads past the accepted count; the conv inputs' since 0028)."""
+    zero row of each (what a replay reads past the accepted count; the conv inputs' since 0021)."""
     if not f.spec or f.rollback != "tape":
         return 0
     return (f.n_parallel * f.verify_width + 1) * tape_row(t)
@@ -353,8 +353,8 @@ def target_compute_parts(t: TargetGeometry, f: FitFlags, cuda: bool = False) -> 
 
 
 def feature_rows(d: DrafterGeometry, f: FitFlags) -> int:
-    """Verify rows whose tapped layers patch 0011 keeps on the device: a block, or a wider tree,
-    for each slot as far as one ubatch goes (patch 0034)."""
+    """Verify rows whose tapped layers patch 0014 keeps on the device: a block, or a wider tree,
+    for each slot as far as one ubatch goes (patch 0014)."""
     if not f.spec:
         return 0
     # as llama-server sizes it: the drafter's block (not --draft-max, which it clamps), or a tree's
@@ -369,8 +369,8 @@ def features(t: TargetGeometry, d: DrafterGeometry, f: FitFlags) -> int:
 def drafter_compute(t: TargetGeometry, d: DrafterGeometry, f: FitFlags) -> int:
     """The drafter's graph holds logits and a hidden row for a whole ubatch, ub x (vocab + hidden)
     f32. It is reserved again with the on-device top-k sampler, which runs once over the rows
-    (patch 0023) and adds little; run once per row, as upstream, it doubled the buffer (CPU build:
-    123.45 MiB full scale, 122.26 MiB tiny, at -ub 64, before 0023)."""
+    (patch 0019) and adds little; run once per row, as upstream, it doubled the buffer (CPU build:
+    123.45 MiB full scale, 122.26 MiB tiny, at -ub 64, before 0019)."""
     if not f.spec:
         return 0
     return min(f.ubatch, f.batch) * (t.vocab_size + d.hidden_size) * 4
@@ -521,7 +521,7 @@ def slot_verify_rows(recipe: Recipe, f: FitFlags) -> int:
 
 def with_slots(recipe: Recipe, f: FitFlags, n: int) -> FitFlags:
     """The flags for n slots, with the ubatch (and batch) raised to hold every slot's verify: the
-    slots then verify in one target forward and keep their features on the device (patch 0034)."""
+    slots then verify in one target forward and keep their features on the device (patch 0014)."""
     check_slots(f, n)
     ub = max(f.ubatch, n * slot_verify_rows(recipe, f))
     return replace(f, n_parallel=n, ubatch=ub, batch=max(f.batch, ub))
