@@ -6,7 +6,7 @@ VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: dev system-deps install llama build check test lint clean-build
+.PHONY: dev system-deps install llama cuda-check build check test lint clean-build
 
 dev: system-deps install llama        ## everything the tests need, from a fresh clone
 
@@ -31,6 +31,11 @@ llama: install                        ## the pinned llama.cpp, patched, built fo
 	$(VENV)/bin/buun vendor
 	$(VENV)/bin/buun patch
 	$(VENV)/bin/buun build --cpu
+
+# Compile-only check of the CUDA sources the series adds or changes, for sm_86 and sm_90: needs nvcc,
+# no GPU, and the patched tree of `make llama` (it says so when the tree is not patched).
+cuda-check: install                   ## compile the series' CUDA files for sm_86/sm_90 (nvcc, no GPU)
+	$(PYTHON) scripts/cuda_compile_check.py --tree vendor/llama.cpp --arch 86,90 --jobs 2
 
 build: llama
 
