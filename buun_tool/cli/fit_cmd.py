@@ -35,6 +35,47 @@ from buun_tool.plan import devices, fit
 # --rollback's values; typer refuses any other by name (the environment's is checked by patches)
 Rollback = Enum("Rollback", {name: name for name in patches.ROLLBACKS}, type=str)
 
+# the command's options, one alias each (the command's signature stays a list of names)
+GpuMemOpt = Annotated[str | None, typer.Option("--gpu-mem", metavar="GIB[,GIB...]", help="GPU memory in GiB "
+                                               "(nvidia-smi MiB / 1024), one number per card: 24,24 plans a layer "
+                                               "split over two (default: the cards of --gpus or the recipe's "
+                                               "server.gpus, else the GPU here, else 24).",
+                                               show_default=False)]
+GpusOpt = Annotated[str | None, typer.Option("--gpus", metavar="0,1", help="The cards of a layer split, by "
+                                             "nvidia-smi index: their memory from nvidia-smi (as `buun serve "
+                                             "--gpus` plans it); --measure loads the split on them.",
+                                             show_default=False)]
+DraftGpuOpt = Annotated[int | None, typer.Option("--draft-gpu", metavar="N", help="The drafter's card, one of "
+                                                 "--gpus (or a position in --gpu-mem); default: the last.",
+                                                 show_default=False)]
+CtxOpt = Annotated[int | None, typer.Option("--ctx", min=1, help="-c (default: the recipe's).", show_default=False)]
+CtkOpt = Annotated[str | None, typer.Option("--ctk", help="KV cache type: f16, q8_0, q4_0, ...", show_default=False)]
+CtvOpt = Annotated[str | None, typer.Option("--ctv", help="V cache type (default: as --ctk).", show_default=False)]
+DraftMaxOpt = Annotated[int | None, typer.Option(
+    "--draft-max", min=0, help="Draft tokens per step (llama-server's --draft-max); 0 = AR only.",
+    show_default=False)]
+CtxDraftOpt = Annotated[int | None, typer.Option("--ctx-draft", min=0, help="The drafter's context (-cd); 0 = as -c.",
+                                                 show_default=False)]
+UbatchOpt = Annotated[int | None, typer.Option("--ubatch", min=1, help="-ub (default: the recipe's).",
+                                               show_default=False)]
+BatchOpt = Annotated[int | None, typer.Option("--batch", min=1, help="-b (default: the recipe's).", show_default=False)]
+SlotsOpt = Annotated[int | None, typer.Option("--slots", "--parallel", min=1, help="Slots (-np): requests served at "
+                                              "once, each with -c / N of the context (default: the recipe's).",
+                                              show_default=False)]
+CtxPerSlotOpt = Annotated[int | None, typer.Option("--ctx-per-slot", min=1, help="Context of each slot: -c is this "
+                                                   "times the slots; also says how many such slots fit.",
+                                                   show_default=False)]
+TreeBudgetOpt = Annotated[int | None, typer.Option("--tree-budget", help="Draft nodes of the DDTree verified per "
+                                                   "step (--spec-tree-budget); 0 = the chain (default: the "
+                                                   "recipe's).", show_default=False)]
+RollbackOpt = Annotated[Rollback | None, typer.Option("--rollback",
+                                                      help="Recurrent-state rollback: tape (buun's patch 0011) or "
+                                                      "snapshot (upstream's planes); default: "
+                                                      "LLAMA_RS_ROLLBACK, else tape.", show_default=False)]
+MarginOpt = Annotated[float, typer.Option("--margin", help="GiB kept free (display, fragmentation).")]
+MeasureOpt = Annotated[bool, typer.Option("--measure", help="Also load the synthetic pair in the real "
+                                          "llama-server and read what it allocates.")]
+
 
 def _gib(n: float) -> str:
     return f"{n / fit.GIB:.2f}"
@@ -67,67 +108,54 @@ def _fit_table(pred: fit.Prediction, measured: fit_measure.Measurement | None) -
 
 
 def fit_cmd(
-    recipe: RecipeArg = None,
-    gpu_mem: Annotated[str | None, typer.Option("--gpu-mem", metavar="GIB[,GIB...]", help="GPU memory in GiB "
-                                                "(nvidia-smi MiB / 1024), one number per card: 24,24 plans a layer "
-                                                "split over two (default: the cards of --gpus or the recipe's "
-                                                "server.gpus, else the GPU here, else 24).",
-                                                show_default=False)] = None,
-    gpus: Annotated[str | None, typer.Option("--gpus", metavar="0,1", help="The cards of a layer split, by "
-                                             "nvidia-smi index: their memory from nvidia-smi (as `buun serve "
-                                             "--gpus` plans it); --measure loads the split on them.",
-                                             show_default=False)] = None,
-    draft_gpu: Annotated[int | None, typer.Option("--draft-gpu", metavar="N", help="The drafter's card, one of "
-                                                  "--gpus (or a position in --gpu-mem); default: the last.",
-                                                  show_default=False)] = None,
-    ctx: Annotated[int | None, typer.Option("--ctx", min=1, help="-c (default: the recipe's).", show_default=False)
-                   ] = None,
-    ctk: Annotated[str | None, typer.Option("--ctk", help="KV cache type: f16, q8_0, q4_0, ...",
-                                            show_default=False)] = None,
-    ctv: Annotated[str | None, typer.Option("--ctv", help="V cache type (default: as --ctk).", show_default=False)
-                   ] = None,
-    draft_max: Annotated[int | None, typer.Option(
-        "--draft-max", min=0, help="Draft tokens per step (llama-server's --draft-max); 0 = AR only.",
-        show_default=False)] = None,
-    ctx_draft: Annotated[int | None, typer.Option("--ctx-draft", min=0, help="The drafter's context (-cd); 0 = as -c.",
-                                                  show_default=False)] = None,
-    ubatch: Annotated[int | None, typer.Option("--ubatch", min=1, help="-ub (default: the recipe's).",
-                                               show_default=False)] = None,
-    batch: Annotated[int | None, typer.Option("--batch", min=1, help="-b (default: the recipe's).",
-                                              show_default=False)] = None,
-    slots: Annotated[int | None, typer.Option("--slots", "--parallel", min=1, help="Slots (-np): requests served at "
-                                              "once, each with -c / N of the context (default: the recipe's).",
-                                              show_default=False)] = None,
-    ctx_per_slot: Annotated[int | None, typer.Option("--ctx-per-slot", min=1, help="Context of each slot: -c is this "
-                                                     "times the slots; also says how many such slots fit.",
-                                                     show_default=False)] = None,
-    tree_budget: Annotated[int | None, typer.Option("--tree-budget", help="Draft nodes of the DDTree verified per "
-                                                    "step (--spec-tree-budget); 0 = the chain (default: the "
-                                                    "recipe's).", show_default=False)] = None,
-    rollback: Annotated[Rollback | None, typer.Option("--rollback",
-                                                      help="Recurrent-state rollback: tape (buun's patch 0011) or "
-                                                      "snapshot (upstream's planes); default: "
-                                                      "LLAMA_RS_ROLLBACK, else tape.", show_default=False)] = None,
-    margin: Annotated[float, typer.Option("--margin", help="GiB kept free (display, fragmentation).")
-                      ] = fit.MARGIN_GIB,
-    measure_: Annotated[bool, typer.Option("--measure", help="Also load the synthetic pair in the real "
-                                           "llama-server and read what it allocates.")] = False,
-    scale: ScaleOpt = None,
-    models_dir: ModelsDirOpt = None,
-    json_out: JsonOpt = False,
+    recipe: RecipeArg = None, gpu_mem: GpuMemOpt = None, gpus: GpusOpt = None, draft_gpu: DraftGpuOpt = None,
+    ctx: CtxOpt = None, ctk: CtkOpt = None, ctv: CtvOpt = None, draft_max: DraftMaxOpt = None,
+    ctx_draft: CtxDraftOpt = None, ubatch: UbatchOpt = None, batch: BatchOpt = None, slots: SlotsOpt = None,
+    ctx_per_slot: CtxPerSlotOpt = None, tree_budget: TreeBudgetOpt = None, rollback: RollbackOpt = None,
+    margin: MarginOpt = fit.MARGIN_GIB, measure_: MeasureOpt = False, scale: ScaleOpt = None,
+    models_dir: ModelsDirOpt = None, json_out: JsonOpt = False,
 ) -> None:
     """Predict GPU memory by component; say whether it fits, the largest context, and what makes it fit.
 
     The weights are those of the recipe's GGUFs in the models folder once pulled and converted,
     else the exact tensor list of its geometry; --measure loads the synthetic pair from there."""
     rollback_name = rollback.value if rollback else patches.rollback_from_env()
-    if not math.isfinite(margin) or margin < 0:  # nan fitted nothing; a negative margin planned past the card
-        raise UsageError(f"--margin {margin:g}: expected GiB of 0 or more to keep free",
-                         f"for example --margin {fit.MARGIN_GIB:g} (the default)")
+    _check_margin(margin)
     if scale is not None:
         default_scale(scale)  # only --measure reads it: a misspelt one was ignored without a word
     r = recipes.load(recipe)
     models = paths.models_dir(models_dir)
+    flags = _flags(r, ctx=ctx, ctk=ctk, ctv=ctv, draft_max=draft_max, ctx_draft=ctx_draft, ubatch=ubatch,
+                   batch=batch, slots=slots, ctx_per_slot=ctx_per_slot, tree_budget=tree_budget,
+                   rollback=rollback_name)
+    cards, draft, on_cards = fit_split.cards(gpu_mem, gpus, draft_gpu, r.gpus)
+    weights = fit.default_weights(r, models)
+    if len(cards) > 1:
+        return fit_split.run(r, flags, cards, draft, margin, weights, measure_, default_scale(scale), models,
+                             on_cards, json_out)
+    pred = fit.predict(r, flags, weights=weights)
+    report = _report(r, flags, pred, cards[0].gib, margin, weights, ctx_per_slot)
+    single = devices.Placement((cards[0].index,), cards[0].index, ()) if on_cards else None
+    measured, compared = _measure(r, flags, scale, models, single) if measure_ else (None, None)
+    if json_out:
+        console.print_json(_json_report(report, measured, compared))
+        return
+    _print_fit(pred, report)
+    if measured and compared:
+        console.out.print(_fit_table(compared, measured))
+        console.info(f"measured with: {shlex.join(measured.command)}\n  log: {measured.log_path}")
+
+
+def _check_margin(margin: float) -> None:
+    if not math.isfinite(margin) or margin < 0:  # nan fitted nothing; a negative margin planned past the card
+        raise UsageError(f"--margin {margin:g}: expected GiB of 0 or more to keep free",
+                         f"for example --margin {fit.MARGIN_GIB:g} (the default)")
+
+
+def _flags(r: recipes.Recipe, *, ctx: int | None, ctk: str | None, ctv: str | None, draft_max: int | None,
+           ctx_draft: int | None, ubatch: int | None, batch: int | None, slots: int | None,
+           ctx_per_slot: int | None, tree_budget: int | None, rollback: str) -> fit.FitFlags:
+    """The recipe's flags with the command's options over them, for the slots asked for, checked."""
     base = fit.flags_from_recipe(r)
     kv = ctk or base.cache_type_k
     if ctx and ctx_per_slot:
@@ -136,7 +164,7 @@ def fit_cmd(
                     draft_max=base.draft_max if draft_max is None else draft_max,
                     draft_ctx=base.draft_ctx if ctx_draft is None else (ctx_draft or None),
                     ubatch=ubatch or base.ubatch, batch=batch or base.batch,
-                    rollback=rollback_name, tree_budget=base.tree_budget if tree_budget is None else
+                    rollback=rollback, tree_budget=base.tree_budget if tree_budget is None else
                     fit.check_tree_budget(tree_budget, "--tree-budget"))
     n_slots = slots or base.n_parallel
     # the ubatch grows with the slots as `buun serve --slots` makes it, unless given here
@@ -144,33 +172,29 @@ def fit_cmd(
     if ctx_per_slot:
         flags = replace(flags, ctx=ctx_per_slot * n_slots)
     fit.check_tree(flags)
-    cards, draft, on_cards = fit_split.cards(gpu_mem, gpus, draft_gpu, r.gpus)
-    weights = fit.default_weights(r, models)
-    if len(cards) > 1:
-        return fit_split.run(r, flags, cards, draft, margin, weights, measure_, default_scale(scale), models,
-                             on_cards, json_out)
-    gpu_gib = cards[0].gib
-    pred = fit.predict(r, flags, weights=weights)
-    report = {"gpu_gib": gpu_gib, "margin_gib": margin, "fits": fit.fits(pred, gpu_gib, margin),
-              "max_ctx": fit.max_context(r, flags, gpu_gib, margin, weights=weights),
-              "prediction": pred.to_json(), "weights": weights.source,
-              "knobs": fit.knobs(r, flags, gpu_gib, margin, weights=weights),
-              "tree_extra": _tree_extra(r, flags, weights),
-              "slots": _slots_report(r, flags, gpu_gib, margin, weights, ctx_per_slot)}
-    single = devices.Placement((cards[0].index,), cards[0].index, ()) if on_cards else None
-    measured, compared = _measure(r, flags, scale, models, single) if measure_ else (None, None)
-    if json_out:
-        report["knobs"] = [{"change": k.change, "total_gib": k.total_bytes / fit.GIB, "max_ctx": k.max_ctx}
-                           for k in report["knobs"]]
-        report["slots"]["plans"] = [{**asdict(p), "ctx": p.ctx} for p in report["slots"]["plans"]]
-        report["measured"] = measured.to_json() if measured else None
-        report["measured_against"] = compared.to_json() if compared else None
-        console.print_json(report)
-        return
-    _print_fit(pred, report)
-    if measured and compared:
-        console.out.print(_fit_table(compared, measured))
-        console.info(f"measured with: {shlex.join(measured.command)}\n  log: {measured.log_path}")
+    return flags
+
+
+def _report(r: recipes.Recipe, flags: fit.FitFlags, pred: fit.Prediction, gpu_gib: float, margin: float,
+            weights: fit.Weights, ctx_per_slot: int | None) -> dict[str, Any]:
+    """One card's plan: whether it fits, the largest context, the knobs, the tree's cost, the slots."""
+    return {"gpu_gib": gpu_gib, "margin_gib": margin, "fits": fit.fits(pred, gpu_gib, margin),
+            "max_ctx": fit.max_context(r, flags, gpu_gib, margin, weights=weights),
+            "prediction": pred.to_json(), "weights": weights.source,
+            "knobs": fit.knobs(r, flags, gpu_gib, margin, weights=weights),
+            "tree_extra": _tree_extra(r, flags, weights),
+            "slots": _slots_report(r, flags, gpu_gib, margin, weights, ctx_per_slot)}
+
+
+def _json_report(report: dict[str, Any], measured: fit_measure.Measurement | None,
+                 compared: fit.Prediction | None) -> dict[str, Any]:
+    """`buun fit --json`: the report with its knobs and slot plans as plain values, and what was measured."""
+    report["knobs"] = [{"change": k.change, "total_gib": k.total_bytes / fit.GIB, "max_ctx": k.max_ctx}
+                       for k in report["knobs"]]
+    report["slots"]["plans"] = [{**asdict(p), "ctx": p.ctx} for p in report["slots"]["plans"]]
+    report["measured"] = measured.to_json() if measured else None
+    report["measured_against"] = compared.to_json() if compared else None
+    return report
 
 
 def _tree_extra(r: recipes.Recipe, flags: fit.FitFlags, weights: fit.Weights) -> dict[str, Any] | None:

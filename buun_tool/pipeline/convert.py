@@ -17,17 +17,18 @@ Every file is written under a temporary name and renamed into place only when co
 verified: a failure keeps the previous good GGUF (a full disk is exit 7, whatever the converter or
 llama-quantize printed). Unchanged inputs make the stage a no-op, a current intermediate is reused
 when only the quant changes, and the same inputs always give the same bytes.
+
+The parts: the converter's environment (convert_env.py), the inputs a record names
+(convert_inputs.py), verification (convert_verify.py), the records and the stage's status from
+them (convert_record.py); this module runs the converter and llama-quantize in order. Their names
+are convert's too: callers say convert.stage_status, convert.provenance_path.
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import os
-import re
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -36,107 +37,33 @@ from typing import Any
 
 from buun_tool.base import console, locks, paths
 from buun_tool.base.errors import DISK_FULL, BuunError, CommandError, Exit, NotReadyError, UsageError, disk_full
-from buun_tool.base.fsutil import clear_leftovers, open_private, private_dir, replaced, sha256_file, write_json_atomic
+from buun_tool.base.fsutil import clear_leftovers, open_private, private_dir, replaced, write_json_atomic
 from buun_tool.base.proc import run_logged
 from buun_tool.formats import layout
-from buun_tool.formats.gguf_tools import GLOBAL_TENSORS, LAYER_TENSORS, OPTIONAL_TENSORS, GgufFile
 from buun_tool.formats.recipes import Recipe
 from buun_tool.pipeline import build, drafter, vendor
-from buun_tool.pipeline.pull import DISK_RESERVE, disk_hint, require_pulled, unchanged
-from buun_tool.pipeline.stage import StageStatus, current, stale
+from buun_tool.pipeline.convert_env import CONVERTER_REQUIREMENTS, ENV_STAMP, converter_env_dir, converter_python
+from buun_tool.pipeline.convert_inputs import (
+    check_sources_kept,
+    conversion_inputs,
+    file_stats,
+    inputs_of,
+    intermediate_type,
+    read_by_converter,
+)
+from buun_tool.pipeline.convert_record import PROVENANCE, judge, made_from, make_record, provenance_path, stage_status
+from buun_tool.pipeline.convert_verify import FLOAT_TYPES, expected_tensors, verify
+from buun_tool.pipeline.pull import DISK_RESERVE, disk_hint
+from buun_tool.pipeline.stage import stale
 
-# The converter's dependencies. Its own requirements file pins torch 2.11 from the PyTorch CPU
-# index, which many machines cannot reach; 2.13.0 from PyPI (or a local CPU wheel) works.
-# transformers and numpy keep the converter's pins: it reads tokenizers through transformers.
-CONVERTER_REQUIREMENTS = ("torch==2.13.0", "transformers==4.57.6", "numpy~=2.2.6")
-ENV_STAMP = "buun-env.json"
-FLOAT_TYPES = ("F32", "F16", "BF16")
-# The provenance records' format. 2: the sources' hashes are of the bytes the converter read (1
-# copied the manifest's, even of a file changed since), so a version 1 GGUF is made again.
-PROVENANCE = 2
-
-
-# --- the converter's environment ------------------------------------------------------------
-
-def converter_env_dir(cache: Path | None = None) -> Path:
-    return (cache or paths.cache_dir()) / "converter-env"
-
-
-def _wanted_env() -> dict[str, Any]:
-    return {"python": sys.version.split()[0], "requirements": list(CONVERTER_REQUIREMENTS)}
-
-
-def _read_env_stamp(env: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((env / ENV_STAMP).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-
-
-def _env_is_current(recorded: Any) -> bool:
-    """Whether the converter environment a GGUF's record names is the one `converter_python`
-    gives now, judged without making it: an interpreter of the user's own (BUUN_CONVERTER_PYTHON)
-    or a made environment by its stamp; one not made yet (or to be made again) by what its
-    requirements will install."""
-    override = os.environ.get("BUUN_CONVERTER_PYTHON")
-    if override:
-        return recorded == _read_env_stamp(Path(shutil.which(override) or override).parent.parent)
-    env = converter_env_dir()
-    stamp = _read_env_stamp(env)
-    if (env / "bin" / "python").is_file() and stamp and {k: stamp.get(k) for k in _wanted_env()} == _wanted_env():
-        return recorded == stamp
-    return isinstance(recorded, dict) and {k: recorded.get(k) for k in _wanted_env()} == _wanted_env()
-
-
-def converter_python(cache: Path | None = None) -> Path:
-    """The Python of the converter's environment, created on first use.
-
-    A venv of its own, WITHOUT --system-site-packages: the converter needs transformers 4.57,
-    which needs huggingface_hub < 1.0, while buun runs on huggingface_hub 2.x; and installing
-    torch must not touch the user's own environment.
-    """
-    override = os.environ.get("BUUN_CONVERTER_PYTHON")
-    if override:  # an interpreter that already has torch and transformers: offline machines
-        return Path(shutil.which(override) or override)
-    env = converter_env_dir(cache)
-    python = env / "bin" / "python"
-    if _env_made(env):
-        return python
-    # one environment for every models folder: the first converts of two folders made it at once,
-    # each starting by removing the other's half-made one
-    with locks.converter_env(env):
-        if _env_made(env):  # made by the command this one waited for
-            return python
-        _make_env(env, python)
-    return python
-
-
-def _env_made(env: Path) -> bool:
-    """Whether `env` is a whole environment for this buun's requirements: its stamp is written last."""
-    stamp = _read_env_stamp(env) or {}
-    return (env / "bin" / "python").is_file() and {k: stamp.get(k) for k in _wanted_env()} == _wanted_env()
-
-
-def _make_env(env: Path, python: Path) -> None:
-    log = env.parent / "converter-env.log"
-    shutil.rmtree(env, ignore_errors=True)
-    env.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text("")
-    console.step(f"creating the converter environment in {env} (torch CPU, transformers; once)")
-    hint = ("the converter's packages come from PyPI; see the log. `python -m venv` needs the venv module "
-            "(Debian: apt-get install python3-venv)")
-    try:
-        run_logged([sys.executable, "-m", "venv", env], log, what="creating the converter venv", hint=hint)
-        run_logged([python, "-m", "pip", "install", "--disable-pip-version-check", *CONVERTER_REQUIREMENTS],
-                   log, what="installing the converter's packages", hint=hint)
-        installed = subprocess.run(
-            [python, "-c", "import json, numpy, torch, transformers; print(json.dumps({'torch': torch.__version__, "
-             "'transformers': transformers.__version__, 'numpy': numpy.__version__}))"],
-            capture_output=True, text=True, check=True).stdout
-    except BaseException:
-        shutil.rmtree(env, ignore_errors=True)  # half an environment must not pass for a whole one
-        raise
-    (env / ENV_STAMP).write_text(json.dumps({**_wanted_env(), "installed": json.loads(installed)}, indent=2) + "\n")
+__all__ = [
+    # convert_env.py, convert_inputs.py, convert_record.py, convert_verify.py
+    "CONVERTER_REQUIREMENTS", "ENV_STAMP", "converter_env_dir", "converter_python", "conversion_inputs", "inputs_of",
+    "intermediate_type", "PROVENANCE", "provenance_path", "stage_status", "FLOAT_TYPES", "expected_tensors", "verify",
+    # the stage's own
+    "space_needed", "check_disk", "run_converter", "run_quantize", "PROBE_BYTES", "ConvertResult", "convert",
+    "require_converted",
+]
 
 
 # --- small helpers --------------------------------------------------------------------------
@@ -156,17 +83,8 @@ def check_disk(lay: layout.Layout, recipe: Recipe) -> None:
                         f"{free / 2**30:.1f} GiB free", disk_hint(lay.root, need, free), Exit.DISK)
 
 
-def intermediate_type(facts: dict[str, Any]) -> str:
-    """BF16 keeps a BF16 checkpoint exact; anything else converts to F16."""
-    return "BF16" if str(facts.get("dtype") or "").lower() in ("bfloat16", "bf16") else "F16"
-
-
 def _log_path(recipe: Recipe) -> Path:
     return paths.state_dir() / "logs" / f"convert-{recipe.name}.log"
-
-
-def provenance_path(gguf: Path) -> Path:
-    return gguf.with_name(gguf.name + ".provenance.json")
 
 
 # --- converting and quantizing --------------------------------------------------------------
@@ -245,244 +163,6 @@ def _disk_full(exc: _NoRoom, lay: layout.Layout, recipe: Recipe, log: Path) -> B
                      f"kept (the {exc.what}'s own output is in {log})", Exit.DISK)
 
 
-# --- verification ---------------------------------------------------------------------------
-
-def expected_tensors(n_layers: int) -> set[str]:
-    names = {f"{g}.weight" for g in GLOBAL_TENSORS}
-    names |= {f"blk.{i}.{t}.weight" for i in range(n_layers) for t in LAYER_TENSORS}
-    return names
-
-
-def _file_type(quant: str) -> int:
-    import gguf
-
-    return int(gguf.LlamaFileType.ALL_F32 if quant == "F32" else gguf.LlamaFileType[f"MOSTLY_{quant}"])
-
-
-def _read_back(f: GgufFile) -> dict[str, Any]:
-    arch = f.get("general.architecture")
-    types: dict[str, int] = {}
-    for t in f.tensors:
-        types[t.ggml_type.name] = types.get(t.ggml_type.name, 0) + 1
-    tokens = f.kv.get("tokenizer.ggml.tokens")
-    return {
-        "architecture": arch,
-        "block_size": f.get(f"{arch}.block_size"),
-        "mask_token_id": f.get("tokenizer.ggml.mask_token_id"),
-        "target_layers": f.get(f"{arch}.target_layers"),
-        "hidden_size": f.get(f"{arch}.embedding_length"),
-        "block_count": f.get(f"{arch}.block_count"),
-        "rope_sections": f.get(f"{arch}.rope.dimension_sections"),
-        "vocab_tokens": tokens.count if tokens else 0,
-        "file_type": f.get("general.file_type"),
-        "tensor_count": len(f.tensors),
-        "tensor_types": dict(sorted(types.items())),
-    }
-
-
-def verify(path: Path, facts: dict[str, Any], quant: str) -> dict[str, Any]:
-    """Read the GGUF back and compare it with what the configs say; raise with every mismatch."""
-    with GgufFile(path) as f:
-        got = _read_back(f)
-        names = {t.name for t in f.tensors}
-        floats = sorted(t.name for t in f.tensors if len(t.dims) >= 2 and t.ggml_type.name in FLOAT_TYPES)
-    want = {
-        "architecture": "dflash",
-        "block_size": facts["block_size"],
-        "mask_token_id": facts["mask_token_id"],
-        "target_layers": [i + 1 for i in facts["target_layer_ids"]],  # upstream stores layer ids + 1
-        "hidden_size": facts["target_hidden_size"],
-        "block_count": facts["num_hidden_layers"],
-        "vocab_tokens": facts["target_vocab_size"],
-        "file_type": _file_type(quant),
-    }
-    problems = [f"{k}: expected {v!r}, found {got[k]!r}" for k, v in want.items() if got[k] != v]
-    if facts.get("target_mrope") and not got["rope_sections"]:
-        problems.append("rope.dimension_sections: missing (the target uses M-RoPE)")
-    need = expected_tensors(facts["num_hidden_layers"])
-    if need - names:
-        problems.append(f"missing tensors: {', '.join(sorted(need - names))}")
-    if names - need - set(OPTIONAL_TENSORS):
-        problems.append(f"unexpected tensors: {', '.join(sorted(names - need - set(OPTIONAL_TENSORS)))}")
-    if quant not in FLOAT_TYPES and floats:
-        problems.append(f"not quantized to {quant}: {', '.join(floats)}")
-    if problems:
-        raise BuunError(f"{path.name} failed verification:\n  " + "\n  ".join(problems),
-                        "the converter or the patches produced an unexpected file; see the convert log")
-    return got
-
-
-# --- provenance -----------------------------------------------------------------------------
-
-def _gguf_py_version(llama: Path) -> str | None:
-    m = re.search(r'^version\s*=\s*"([^"]+)"', (llama / "gguf-py" / "pyproject.toml").read_text(), re.M)
-    return m.group(1) if m else None
-
-
-def _llama_state() -> dict[str, Any]:
-    llama = vendor.require_vendored()
-    try:
-        source = build.source_state(llama)
-    except BuunError:
-        source = None
-    return {"pin": vendor.load_pin().commit, "source": source, "gguf_py": _gguf_py_version(llama)}
-
-
-def _quantize_build() -> dict[str, Any] | None:
-    binary = build.find_binary("llama-quantize")
-    for variant in build.VARIANTS:
-        if paths.build_dir(variant) / "bin" == binary.parent:
-            stamp = build.read_stamp(variant) or {}
-            return {"variant": variant, "source": stamp.get("source"), "pin": stamp.get("pin")}
-    return {"variant": None, "binary": str(binary)}
-
-
-def _sources(recipe: Recipe, models_dir: Path, rehash: bool) -> dict[str, Any]:
-    """The source files as they are on disk now: their sha256, read again with `rehash` (before a
-    conversion: the record must name what the converter reads), else the manifest's while a file
-    keeps the size and mtime it was hashed with. A file that no longer matches what `buun pull`
-    verified is refused: the GGUF would be made from bytes the recipe does not name."""
-    out, changed = {}, []
-    for role in ("drafter", "tokenizer"):
-        folder, manifest = require_pulled(recipe, role, models_dir)
-        files = {}
-        for name, entry in sorted(manifest["files"].items()):
-            path = folder / name
-            files[name] = entry["sha256"] if not rehash and unchanged(path, entry) else sha256_file(path)
-            if files[name] != entry["sha256"]:
-                changed.append(f"{path} (sha256 {files[name][:16]}, `buun pull` verified {entry['sha256'][:16]})")
-        out[role] = {"repo": manifest["repo"], "revision": manifest["revision"], "commit": manifest["commit"],
-                     "files": files}
-    if changed:
-        raise NotReadyError("source files changed on disk since `buun pull` verified them:\n  " + "\n  ".join(changed),
-                            f"run `buun pull --verify {recipe.ref}` (it downloads them again), "
-                            f"then `buun convert {recipe.ref}`")
-    drafter_dir = layout.for_recipe(recipe, models_dir).drafter_dir  # the converter reads the tokenizer's copies there
-    stale = [str(drafter_dir / n) for n in recipe.tokenizer.files
-             if sha256_file(drafter_dir / n) != out["tokenizer"]["files"].get(n)]
-    if stale:
-        raise NotReadyError("the drafter folder's copies of the tokenizer files differ from the tokenizer's:\n  "
-                            + "\n  ".join(stale),
-                            f"run `buun drafter {recipe.ref}`, then `buun convert {recipe.ref}`")
-    return out
-
-
-def _read_by_converter(recipe: Recipe, models_dir: Path) -> list[Path]:
-    """Every file the converter reads: the drafter's, the tokenizer's (--target-model-dir) and the
-    drafter folder's copies of the tokenizer files (drafter.check_folder refuses any other)."""
-    lay = layout.for_recipe(recipe, models_dir)
-    return [*(lay.drafter_dir / n for n in recipe.drafter.files),
-            *(lay.tokenizer_dir / n for n in recipe.repos()["tokenizer"].files),
-            *(lay.drafter_dir / n for n in recipe.tokenizer.files)]
-
-
-def _stats(files: list[Path]) -> dict[Path, tuple[int, ...] | None]:
-    """Each file's identity and last change. The ctime moves with any write and cannot be set back
-    (a utime that restores the mtime moves it too)."""
-    out: dict[Path, tuple[int, ...] | None] = {}
-    for f in files:
-        try:
-            st = f.stat()
-            out[f] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        except FileNotFoundError:
-            out[f] = None
-    return out
-
-
-def _check_sources_kept(recipe: Recipe, models_dir: Path, before: dict[Path, tuple[int, ...] | None],
-                        sources: dict[str, Any]) -> None:
-    """After the converter ran: the files it read are the ones hashed before it started, by their
-    stat and by their bytes hashed again, and no file it would also read appeared. Else its GGUF
-    is of bytes the record would not name: refused."""
-    lay = layout.for_recipe(recipe, models_dir)
-    want = {lay.drafter_dir / n: h for n, h in sources["drafter"]["files"].items()}
-    want |= {lay.tokenizer_dir / n: h for n, h in sources["tokenizer"]["files"].items()}
-    want |= {lay.drafter_dir / n: sources["tokenizer"]["files"].get(n) for n in recipe.tokenizer.files}
-    now = _stats(list(before))
-    changed = [str(f) for f in before if now[f] != before[f]
-               or (now[f] is not None and sha256_file(f) != want.get(f))]
-    stray = [str(p) for p in drafter.stray_files(recipe, models_dir)]
-    if changed or stray:
-        raise NotReadyError(
-            "the converter's sources changed while it read them; the GGUF it made was discarded and the "
-            "previous one is kept:\n  " + "\n  ".join([*(f"{f} (changed)" for f in changed),
-                                                         *(f"{f} (appeared)" for f in stray)]),
-            ("move the files that appeared out of the folder; " if stray else "")
-            + f"run `buun pull --verify {recipe.ref}` (it downloads a changed file again) and "
-              f"`buun drafter {recipe.ref}`, then `buun convert {recipe.ref}`")
-
-
-def conversion_inputs(recipe: Recipe, models_dir: Path, python: Path, outtype: str,
-                      rehash: bool = False) -> dict[str, Any]:
-    """Everything that shapes the converter's output bytes."""
-    return {
-        "sources": _sources(recipe, models_dir, rehash),
-        "llama_cpp": _llama_state(),
-        "converter_env": _read_env_stamp(python.parent.parent),
-        "outtype": outtype,
-    }
-
-
-def inputs_of(recipe: Recipe, models_dir: Path, python: Path, outtype: str,
-              rehash: bool = False) -> dict[str, Any]:
-    """Everything that shapes the final GGUF; equal inputs mean the stage has nothing to do."""
-    return {
-        **conversion_inputs(recipe, models_dir, python, outtype, rehash),
-        "quantize": _quantize_build() if recipe.quantize not in FLOAT_TYPES else None,
-        "quant": recipe.quantize,
-    }
-
-
-# --- the stage's own answer: the GGUF's provenance against the inputs as they are now --------
-
-# why a recorded input that differs from today's makes the GGUF stale
-_STALE_BECAUSE = {
-    "sources": "the drafter or tokenizer files are not the ones it was made from",
-    "llama_cpp": "the vendored llama.cpp (its converter or gguf-py) changed since",
-    "converter_env": "the converter's environment changed since",
-    "outtype": "the intermediate type changed",
-    "quantize": "llama-quantize was rebuilt since (its build stamp changed)",
-    "quant": "the recipe asks for another quant type",
-}
-
-
-def _expected_inputs(recipe: Recipe, models_dir: Path, facts: dict[str, Any]) -> dict[str, Any]:
-    """inputs_of as a conversion now would record them, but the converter environment's (judged
-    by _env_is_current) and without re-hashing sources whose size and mtime are as pulled."""
-    outtype = recipe.quantize if recipe.quantize in FLOAT_TYPES else intermediate_type(facts)
-    return {"sources": _sources(recipe, models_dir, rehash=False), "llama_cpp": _llama_state(), "outtype": outtype,
-            "quantize": _quantize_build() if recipe.quantize not in FLOAT_TYPES else None, "quant": recipe.quantize}
-
-
-def _judge(recipe: Recipe, models_dir: Path, facts: dict[str, Any]) -> tuple[StageStatus, dict[str, Any] | None]:
-    """The stage's status and, when current, the final GGUF's provenance record."""
-    final = layout.for_recipe(recipe, models_dir).drafter_gguf()
-    record, why = _intact(final)
-    if record is None:
-        return stale(why), None
-    try:
-        want = _expected_inputs(recipe, models_dir, facts)
-    except BuunError as exc:  # a source changed on disk, no llama-quantize: the conversion says what to do
-        return stale(exc.message), None
-    got = record.get("inputs") or {}
-    changed = [k for k in want if got.get(k) != want[k]]
-    if not _env_is_current(got.get("converter_env")):
-        changed.append("converter_env")
-    if changed:
-        return stale("; ".join(_STALE_BECAUSE[k] for k in changed)), None
-    return current(f"{final.name}, made from the pulled sources with this llama.cpp and llama-quantize"), record
-
-
-def stage_status(recipe: Recipe, models_dir: Path) -> StageStatus:
-    """The convert stage's own answer, from the final GGUF's provenance record: what `buun convert`
-    acts on and `buun setup` plans by."""
-    try:
-        facts = drafter.check_folder(recipe, models_dir)
-    except BuunError as exc:
-        return stale(exc.message)
-    return _judge(recipe, models_dir, facts)[0]
-
-
 # --- the stage ------------------------------------------------------------------------------
 
 @dataclass
@@ -496,39 +176,6 @@ class ConvertResult:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _intact(gguf: Path) -> tuple[dict[str, Any] | None, str]:
-    """The provenance record of `gguf` when it is of this format and the file is the one it
-    describes; else None and why not."""
-    try:
-        record = json.loads(provenance_path(gguf).read_text())
-    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-        return None, f"{gguf.name} is not made yet (no provenance record)"
-    # a record damaged or written by hand into another JSON shape vouches for nothing: made again
-    if not (isinstance(record, dict) and isinstance(record.get("output"), dict)
-            and isinstance(record.get("inputs"), dict)):
-        return None, f"{gguf.name} has a provenance record buun cannot read ({provenance_path(gguf).name})"
-    if record.get("buun_provenance") != PROVENANCE:
-        return None, (f"{gguf.name} was made by an older buun (provenance format "
-                      f"{record.get('buun_provenance')}, now {PROVENANCE})")
-    out = record.get("output") or {}
-    if not gguf.is_file() or gguf.stat().st_size != out.get("size") or sha256_file(gguf) != out.get("sha256"):
-        return None, f"{gguf.name} is not the file its provenance record describes"
-    return record, ""
-
-
-def _current(gguf: Path, inputs: dict[str, Any]) -> dict[str, Any] | None:
-    """The provenance record of `gguf` when the file is intact and was made from `inputs`."""
-    record, _ = _intact(gguf)
-    return record if record is not None and record.get("inputs") == inputs else None
-
-
-def _record(gguf: Path, kind: str, inputs: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    """A provenance record. No timestamps or paths: equal inputs give an equal record."""
-    return {"buun_provenance": PROVENANCE,
-            "output": {"file": gguf.name, "size": gguf.stat().st_size, "sha256": sha256_file(gguf), "type": kind},
-            **extra, "inputs": inputs}
 
 
 def _convert_to(lay: layout.Layout, python: Path, final: Path, outtype: str, log: Path, kept: Callable[[], None],
@@ -564,10 +211,10 @@ def _produce(lay: layout.Layout, recipe: Recipe, facts: dict[str, Any], python: 
         return report, None
     intermediate = lay.drafter_gguf(outtype)
     conv_inputs = {k: inputs[k] for k in ("sources", "llama_cpp", "converter_env", "outtype")}
-    if force or not _current(intermediate, conv_inputs):
+    if force or not made_from(intermediate, conv_inputs):
         console.step(f"converting {lay.drafter_dir.name} to {outtype} (log: {log})")
         _convert_to(lay, python, intermediate, outtype, log, kept)
-        write_json_atomic(provenance_path(intermediate), _record(intermediate, outtype, conv_inputs))
+        write_json_atomic(provenance_path(intermediate), make_record(intermediate, outtype, conv_inputs))
     else:
         console.ok(f"{intermediate.name} is current: only quantizing")
     console.step(f"quantizing to {recipe.quantize}")
@@ -601,7 +248,7 @@ def _finished(recipe: Recipe, models_dir: Path, force: bool, unwritable: OSError
     lay = layout.for_recipe(recipe, models_dir)
     try:
         facts = drafter.check_folder(recipe, models_dir)
-        status, record = (stale("--force"), None) if force else _judge(recipe, models_dir, facts)
+        status, record = (stale("--force"), None) if force else judge(recipe, models_dir, facts)
     except BuunError as exc:
         status, record = stale(exc.message), None
     if record is None:
@@ -617,7 +264,7 @@ def _convert(recipe: Recipe, models_dir: Path, force: bool, keep_intermediate: b
     facts = drafter.check_folder(recipe, models_dir)
     lay = layout.for_recipe(recipe, models_dir)
     final = lay.drafter_gguf()
-    status, record = _judge(recipe, models_dir, facts) if not force else (stale("--force"), None)
+    status, record = judge(recipe, models_dir, facts) if not force else (stale("--force"), None)
     if record is not None:
         return _up_to_date(lay, record)
     drafter.check_readable(recipe, models_dir)
@@ -626,7 +273,7 @@ def _convert(recipe: Recipe, models_dir: Path, force: bool, keep_intermediate: b
     python = converter_python()
     outtype = recipe.quantize if recipe.quantize in FLOAT_TYPES else intermediate_type(facts)
     # the files as they are before they are hashed; checked again once the converter has read them
-    before = _stats(_read_by_converter(recipe, models_dir))
+    before = file_stats(read_by_converter(recipe, models_dir))
     inputs = inputs_of(recipe, models_dir, python, outtype, rehash=True)  # byte for byte what the converter reads
     console.info(f"making {final.name}: {status.detail}")  # after the checks above, which say it better
     lay.gguf_dir.mkdir(parents=True, exist_ok=True)
@@ -639,10 +286,10 @@ def _convert(recipe: Recipe, models_dir: Path, force: bool, keep_intermediate: b
         pass
     try:
         report, intermediate = _produce(lay, recipe, facts, python, inputs, log, force,
-                                        lambda: _check_sources_kept(recipe, models_dir, before, inputs["sources"]))
+                                        lambda: check_sources_kept(recipe, models_dir, before, inputs["sources"]))
     except _NoRoom as exc:
         raise _disk_full(exc, lay, recipe, log) from None
-    write_json_atomic(provenance_path(final), _record(
+    write_json_atomic(provenance_path(final), make_record(
         final, recipe.quantize, inputs, recipe={"name": recipe.name, "file": recipe.source.name},
         intermediate=intermediate.name if intermediate else None,
         converter={"script": "convert_hf_to_gguf.py",
