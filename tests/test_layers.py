@@ -19,9 +19,7 @@ MAX_FUNCTION_LINES = 80
 # Over the limits when the layers were made, each held to its size then until it is split (issue
 # #44): a module or function here may shrink, never grow, and leaves the list once under the limit.
 OVERSIZE = {
-    "formats/gguf_tools.py": 563, "formats/recipes.py": 585, "measure/bench.py": 931,
-    "pipeline/convert.py": 673, "pipeline/pull.py": 540, "plan/fit.py": 597, "server/supervise.py": 566,
-    "cli/fit_cmd.py:fit_cmd": 105, "cli/measure.py:bench_cmd": 165,
+    "formats/gguf_tools.py": 563, "formats/recipes.py": 585, "pipeline/pull.py": 540, "server/supervise.py": 566,
 }
 
 
