@@ -1,7 +1,7 @@
 """The API key as the CPU build's llama-server reads it, a real server on the tiny target: the keys
 it takes from LLAMA_API_KEY (where buun hands it the key) are those command.csv_keys gives, so the
 launch check (command.api_keys) judges the key that will be served; and at trace level its log shows
-no part of a key (patch 0028)."""
+no part of a key (patch 0029)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_llama_server_reads_the_keys_buun_judges(llama_bin: Path, tiny_pair: tup
 def test_the_trace_log_shows_no_part_of_the_key(llama_bin: Path, tiny_pair: tuple[Path, Path], tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """At trace level (-lv 4) llama-server logged a single key's last 4 characters; buun writes the
-    server's log to the instance's log file (`buun logs`). Patch 0028 logs how many keys there are."""
+    server's log to the instance's log file (`buun logs`). Patch 0029 logs how many keys there are."""
     key = "QWZX-vkjy-PLMQ-hgfw"  # no hex: none of its parts turns up in a log by chance
     monkeypatch.setenv(command.API_KEY_ENV, key)
     log = tmp_path / "server.log"

@@ -429,7 +429,7 @@ class TestEndToEnd:
 
     def test_tiny_pair_tree_budget_sweep(self, tiny_pair: tuple[Path, Path], llama_bin: Path, tmp_path: Path) -> None:
         """The chain and a tree of 4 under the calibrated profile, served by the real CPU llama-server
-        (needs patch 0022's --spec-tree-budget and --spec-synth-tree)."""
+        (needs patch 0023's --spec-tree-budget and --spec-synth-tree)."""
         target, drafter = tiny_pair
         res = CliRunner().invoke(app, [
             "bench", "--target", str(target), "--drafter", str(drafter), "--tree-budget", "0,4", "--no-ar",

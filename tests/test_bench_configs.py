@@ -60,7 +60,7 @@ class TestOverrides:
     def test_upstream_respells_in_place(self) -> None:
         base = command.recipe_flags(recipes.load().server_flags)
         sets, drops = UPSTREAM.serve_args(base)
-        assert drops == ["-cd", "--spec-tree-budget", "--spec-tree-k"]  # upstream has no tree (patch 0022)
+        assert drops == ["-cd", "--spec-tree-budget", "--spec-tree-k"]  # upstream has no tree (patch 0023)
         assert sets == [("--spec-type", "draft-dflash"), ("--spec-draft-n-max", "16"), ("--spec-draft-n-min", "1")]
         # a value given on the bench command line is respelled with its own value
         sets, _ = Overrides(set=(("--draft-max", "8"),)).then(UPSTREAM).serve_args(base)
@@ -97,7 +97,7 @@ class TestArgv:
         assert "-md" not in _argv(cfgs[1], common, fake_bin)
 
     def test_a_tree_sweeps_configuration_has_no_upstream_twin(self) -> None:
-        """Upstream has no tree verification (patch 0022): the sweep runs on buun's build only."""
+        """Upstream has no tree verification (patch 0023): the sweep runs on buun's build only."""
         trees = bench_configs.tree_configs([0, 8], recipes.load(), bench_configs.common(), MODELS_DIR)
         cfgs = bench_configs.configs(ar=True, synthetic_al=None, trees=trees)
         assert bench_configs.without_twin(cfgs) == trees

@@ -74,7 +74,7 @@ VERIFY_BATCH = 16
 
 DFLASH = ["--spec-type", "dflash", "-cd", "256", "--draft-max", "16", "--draft-min", "1", "-b", "256", "-ub", "64"]
 
-# DDTree verification (patch 0022) under synthetic tree acceptance that often takes a branch: half
+# DDTree verification (patch 0023) under synthetic tree acceptance that often takes a branch: half
 # the depths are hard, and there the target takes the drafter's second or third candidate more
 # often than its first. The trace (LLAMA_TRACE=1) gives the drafter's rank of each accepted token.
 TREE_PROFILE = "0.5:0.9,0.05:0.3,0.4,0.2"
@@ -401,7 +401,7 @@ def _chunked_continuation(server: Server, n_prompt: int, committed: list[int]) -
 def test_rollback_matches_decoding_from_scratch(ar_server: Server, llama_bin: Path,
                                                 tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
                                                 synth: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """For a tree (patch 0022) the step commits the accepted path by tape replay from the state
+    """For a tree (patch 0023) the step commits the accepted path by tape replay from the state
     before the tree (patch 0021), also where the path left the drafter's top-1 chain: the trace
     must show such steps. A parent off by one in that replay moves the state by ~5 in
     log-probability (test-tree-decode's neighbour control)."""
@@ -437,7 +437,7 @@ def test_rollback_matches_decoding_from_scratch(ar_server: Server, llama_bin: Pa
 @slow
 def test_a_request_that_ends_inside_a_draft_keeps_its_cache(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
                                                             tmp_path: Path) -> None:
-    """Patch 0023: a step accepts tokens past the request's budget (0015 keeps drafts whole); they
+    """Patch 0024: a step accepts tokens past the request's budget (0015 keeps drafts whole); they
     leave the slot's cache, so continuing with the tokens sent reuses the cache (at most two tokens
     evaluated) instead of going back to a context checkpoint (45 tokens before the patch). Budgets
     that end inside a draft, with partial acceptance at the last step and without, for a chain and
@@ -456,7 +456,7 @@ def test_a_request_that_ends_inside_a_draft_keeps_its_cache(llama_bin: Path, tin
 @slow
 def test_tree_greedy_equals_ar(ar_exact: Server, llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
                                tmp_path: Path) -> None:
-    """Patch 0022: a tree step walks the verified tree by the target's own greedy choices, so the
+    """Patch 0023: a tree step walks the verified tree by the target's own greedy choices, so the
     output is AR's token for token, for budgets below, just above and well above the chain's 15
     (each step decodes a tree, commits its path and gives the drafter the path's features). The
     random drafter's trees are rarely accepted, so a step makes about one token: 32 tokens a
@@ -545,7 +545,7 @@ def test_state_after_rollbacks_survives_slot_save_and_restore(ar_exact: Server, 
     its tokens from scratch gives, and the same next-token log-probabilities as the live state had
     before it was overwritten (exactly on the CPU, within TAPE_TOL_GPU on CUDA). On CUDA the
     from-scratch comparison carries the batch-size noise of the rollback test (~1e-2 measured),
-    so there it is held to TOL_CAP, the most the harness judges. With a tree (patch 0022) the
+    so there it is held to TOL_CAP, the most the harness judges. With a tree (patch 0023) the
     accepted paths, branches among them (the trace shows them), are committed the same way."""
     monkeypatch.setenv("LLAMA_TRACE", "1")
     tol_exact, tol_scratch = _tape_tol(), TOL_CAP if gpu_layers() else TOL_FLOOR

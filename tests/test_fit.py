@@ -356,7 +356,7 @@ class TestMeasured:
         fit.FitFlags(ctx=2048, draft_max=15),
         fit.FitFlags(ctx=3000, draft_max=4, ubatch=128, cache_type_k="q8_0", cache_type_v="q8_0", n_parallel=2),
         fit.FitFlags(ctx=2048, draft_max=0, batch=2048, ubatch=512),
-        # needs patch 0022's --spec-tree-budget: fails with a build before it
+        # needs patch 0023's --spec-tree-budget: fails with a build before it
         fit.FitFlags(ctx=2048, draft_max=15, tree_budget=22),
         # needs patch 0014: the features of a verify of four slots
         fit.FitFlags(ctx=4096, draft_max=15, n_parallel=4),

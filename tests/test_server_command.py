@@ -666,7 +666,7 @@ class TestOneLaunch:
 
 
 class TestTreeBudget:
-    """The tree budget (patch 0022): --tree-budget, the recipe's server.tree, or a flag after `--`."""
+    """The tree budget (patch 0023): --tree-budget, the recipe's server.tree, or a flag after `--`."""
 
     ARGS = ["--model", "/m/t.gguf", "--draft", "/m/d.gguf", "--print-cmd"]
 
@@ -680,7 +680,7 @@ class TestTreeBudget:
         return [t for i, t in enumerate(argv) if t.startswith("--spec-tree") or argv[i - 1].startswith("--spec-tree")]
 
     def test_the_shipped_recipe_serves_the_chain_without_a_tree_flag(self, fake_bin: Path) -> None:
-        """0 is llama-server's default: a build without patch 0022 serves the recipe as before."""
+        """0 is llama-server's default: a build without patch 0023 serves the recipe as before."""
         assert self.tree(self.argv()) == [] and self.tree(self.argv("--tree-budget", "1")) == []
 
     @pytest.mark.parametrize("cmd", ["serve", "start"])

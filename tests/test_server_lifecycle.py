@@ -475,7 +475,7 @@ def test_supervisor_module_refuses_without_spec(buun: Buun) -> None:
 
 def test_status_shows_each_slot(buun: Buun) -> None:
     """`buun start --slots 2`: llama-server runs two slots, and `buun status` gives each one's state
-    and its last request's figures (patch 0025's /slots timings)."""
+    and its last request's figures (patch 0026's /slots timings)."""
     port = free_port()
     buun.start("team", port, "--slots", "2", extra=TEST_FLAGS)
     assert buun.record("team")["command"][buun.record("team")["command"].index("-np") + 1] == "2"

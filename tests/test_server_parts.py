@@ -102,7 +102,7 @@ class TestMetrics:
 
 
 class TestSlotStates:
-    """`buun status` per slot, from /slots (each slot's `timings` is buun's patch 0025)."""
+    """`buun status` per slot, from /slots (each slot's `timings` is buun's patch 0026)."""
 
     BUSY = {"id": 0, "is_processing": True, "id_task": 12, "n_prompt_tokens": 1840,
             "timings": {"predicted_n": 230, "predicted_per_second": 41.25, "draft_n": 300, "draft_n_accepted": 213,

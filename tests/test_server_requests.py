@@ -1,6 +1,6 @@
 """What a remote client can send to a DFlash llama-server, where buun's patches changed the server:
-tree verification (patch 0022), tape-replay rollback (0011, 0023), several slots (0011, 0024, 0025), the
-drafter's state in slot saves (0026), the greedy argmax (0013).
+tree verification (patch 0023), tape-replay rollback (0011, 0024), several slots (0011, 0025, 0026), the
+drafter's state in slot saves (0027), the greedy argmax (0013).
 
 The random tiny drafter rarely guesses the target, so nothing would be accepted; a grammar (or a
 logit bias) that leaves the target two of the tokens the drafter favours makes it guess right
@@ -159,7 +159,7 @@ def test_a_sampled_tree_request_draws_as_ar(ar: Server, tree: Server, temperatur
     """A seeded sampled request on a tree server with backend sampling: its tokens are AR's. The
     backend's dist sampler draws one number a row in row order, and a tree's rows are in
     pre-order, so a branch's node took another depth's draw (and a draw came again in the next
-    step): the tokens parted from AR's at the first accepted branch (patch 0022 samples such a
+    step): the tokens parted from AR's at the first accepted branch (patch 0023 samples such a
     request on the host)."""
     extra = {"logit_bias": BOTH, "ignore_eos": True, "temperature": temperature, "seed": seed}
     want = _gen(ar, 40, **extra)
@@ -176,7 +176,7 @@ def test_seeded_sampling_repeats(tree: Server) -> None:
 @pytest.mark.parametrize("stop", [PIECE + PIECE2 + PIECE, PIECE2 + PIECE2, "61488>"])
 def test_a_stop_string_inside_accepted_drafts(ar: Server, tree: Server, stop: str) -> None:
     """A stop string met inside a step's accepted tokens ends the request where AR's ends (patch
-    0023 drops the accepted tokens after it from the cache); the conversation continued on the
+    0024 drops the accepted tokens after it from the cache); the conversation continued on the
     cache then has the next-token distribution AR's cache gives, up to float rounding (the tree's
     cache was decoded in trees, AR's a token at a time: ~1e-6 apart in f32; a token too many or too
     few in the cache moves it by 0.1 and more), and exactly the one the same tokens give when the
@@ -305,7 +305,7 @@ def test_a_slot_save_name_leaves_room_for_the_drafters_file(tree: Server) -> Non
     """With a drafter a save writes NAME and NAME.draft: a NAME valid alone but too long with the
     suffix, or a companion's name, is refused (400) before anything is written. The long name
     failed with HTTP 500 after the target's file was written, which stayed; a save "a.draft"
-    overwrote the drafter's state of a save "a" (patch 0026)."""
+    overwrote the drafter's state of a save "a" (patch 0027)."""
     _gen(tree, 8, grammar=TWO, ignore_eos=True, cache_prompt=True)
     folder = tree.log.parent / "saves"
     before = sorted(p.name for p in folder.iterdir())

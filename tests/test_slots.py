@@ -6,7 +6,7 @@ disturb each other:
 
 - concurrent greedy requests of different lengths on 2, 4 and 8 slots each give their AR output
   (exactly on the CPU; on a GPU build up to the harness's tie rule), and /slots reports each
-  slot's own draft statistics (patch 0025);
+  slot's own draft statistics (patch 0026);
 - under synthetic partial acceptance every slot's output is what the same request gives alone on
   one slot, and a slot's cached state, after its rollbacks and the other slots' work, is the state
   decoding its tokens from scratch gives (patch 0011);
@@ -15,7 +15,7 @@ disturb each other:
 - a request cancelled mid-stream leaves the other slot's output unchanged, and its slot, reused,
   starts clean;
 - a slot saved and restored while another slot generates holds its state, its drafter's included
-  (patch 0026).
+  (patch 0027).
 
 Exact comparisons between runs whose batches differ (one slot against several, device against
 host features under staggered requests) hold on the CPU, whose kernels compute a row the same in
@@ -92,9 +92,9 @@ def test_concurrent_greedy_requests_equal_ar(ar: Server, llama_bin: Path, tiny_p
                                              tmp_path: Path, n_slots: int, n_gen: int) -> None:
     """N requests of different prompt and output lengths at once on N slots, each pinned to its
     slot: each gives the tokens of greedy AR decoding. Eight slots draft in two drafter decodes at
-    -ub 64 (patch 0024; upstream's one decode aborted) and verify with their cells kept in place
+    -ub 64 (patch 0025; upstream's one decode aborted) and verify with their cells kept in place
     (patch 0011; upstream's moved a slot's tape away: `failed to remove sequence`). /slots then
-    reports each slot's last request as its response did (patch 0025)."""
+    reports each slot's last request as its response did (patch 0026)."""
     prompts = [_prompt(k, 10 + 9 * k) for k in range(n_slots)]
     lengths = [n_gen + 5 * k for k in range(n_slots)]
     args = _slots_args(tiny_pair_f32, n_slots, *EXACT)
@@ -229,7 +229,7 @@ def test_slot_save_and_restore_while_another_slot_generates(ar: Server, llama_bi
                                                             tiny_pair_f32: tuple[Path, Path], tmp_path: Path) -> None:
     """Slot 0 is saved, overwritten and restored while slot 1 generates; slot 0 then continues its
     cached conversation. Both give AR's tokens, and the continuation on the restored slot drafts
-    exactly as the live slot does without the save (patch 0026 saves the drafter's state of the
+    exactly as the live slot does without the save (patch 0027 saves the drafter's state of the
     slot beside the target's; without it the drafter kept what the slot served in between)."""
     mine, theirs = _prompt(0, 23), _prompt(1, 40)
     runs: dict[str, tuple[list[int], dict[str, Any], dict[str, Any], dict[str, list[str]]]] = {}

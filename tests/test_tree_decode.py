@@ -5,7 +5,7 @@ and a star are checked; decoded as a plain chain the same tokens must differ at 
 (so the comparison can fail); trees out of pre-order or with wrong positions are refused. Then
 (patch 0021, `llama_tree_commit`) every path of each tree is committed and one more token decoded:
 its logits are those of decoding the prompt, the path and the token plainly, and not those of a
-neighbour's path. Last (patch 0022) the server's walk on a constructed case: the target's
+neighbour's path. Last (patch 0023) the server's walk on a constructed case: the target's
 continuation starts with the drafter's second candidate; the tree takes it and the tokens after
 it, the top-1 chain of the same candidates takes none."""
 
@@ -37,7 +37,7 @@ def test_every_token_of_a_tree_gets_its_paths_logits(llama_bin: Path, tiny_pair_
     # 0021: every path committed, then a token, as if decoded plainly; a neighbour's path differs
     assert len(re.findall(r"each path committed, then a token, as decoded plainly .* ok$", out, re.M)) == 3, out
     assert len(re.findall(r"a neighbour's path differs after the commit .* ok$", out, re.M)) == 2, out
-    # 0022: the server's walk takes a branch off the drafter's top-1 chain where the target's token lies
+    # 0023: the server's walk takes a branch off the drafter's top-1 chain where the target's token lies
     for walk in ("walk: the top-1 chain takes no draft, its bonus is the target's token",
                  "walk: the tree takes the second candidate and the three after it, then the bonus"):
         assert re.search(rf"^{re.escape(walk)}\s+ok$", out, re.M), out
@@ -51,7 +51,7 @@ def test_every_token_of_a_tree_gets_its_paths_logits(llama_bin: Path, tiny_pair_
     assert re.search(r"^\d+ passed, 0 failed$", out, re.M), out
 
 
-# patch 0022's flags: a bad value is refused when the arguments are read, saying what is expected
+# patch 0023's flags: a bad value is refused when the arguments are read, saying what is expected
 BAD_TREE_FLAGS = [
     (["--spec-tree-budget", "300"], "the tree budget must be within [0, 256]"),
     (["--spec-tree-k", "0"], "the tree's candidates per depth must be within [1, 64]"),

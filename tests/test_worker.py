@@ -101,7 +101,7 @@ def test_an_unknown_device_is_named(buun: Buun) -> None:
 
 def test_a_worker_outlives_a_server_killed_mid_request(buun: Buun, llama_bin: Path,
                                                         tiny_pair_f32: tuple[Path, Path], tmp_path: Path) -> None:
-    """Patch 0027: a reply sent to a client that has gone away raises SIGPIPE, which ended the
+    """Patch 0028: a reply sent to a client that has gone away raises SIGPIPE, which ended the
     worker (exit status 141) when a llama-server was killed or restarted mid-request. The worker
     ignores it: a SIGPIPE sent to it, and llama-servers SIGKILLed while they generate on it, leave
     the same process serving, with no restart."""

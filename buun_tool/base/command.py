@@ -75,7 +75,7 @@ NEGATIONS: Mapping[str, str] = {
     "-nkvo": "-kvo", "-nocb": "-cb", "-no-kvu": "-kvu", "--no-webui": "--ui",
 }
 _CANONICAL = {spelling: group[0] for group in ALIAS_GROUPS for spelling in group}
-# the tree's flags (patch 0022), by canonical spelling
+# the tree's flags (patch 0023), by canonical spelling
 TREE_BUDGET = "--spec-tree-budget"
 TREE_K = "--spec-tree-k"
 

@@ -32,7 +32,7 @@ AlSweepOpt = Annotated[bool, typer.Option("--al-sweep", help="Add DFlash servers
 TreeBudgetsOpt = Annotated[str | None, typer.Option(
     "--tree-budget", metavar="N,N,...", help="Sweep the DDTree budget: one DFlash server per budget and the "
     "chain (0), on buun synth's random weights with the calibrated synthetic tree profile (--spec-synth-tree), "
-    "on real models with the drafter's own acceptance (needs patch 0022): the fastest budget, and the "
+    "on real models with the drafter's own acceptance (needs patch 0023): the fastest budget, and the "
     "report's tok/s and AL against the budget.", show_default=False)]
 ConcurrencyOpt = Annotated[str | None, typer.Option(
     "--concurrency", metavar="N,N,...", help="Also send N requests at once to each AR and chain DFlash "

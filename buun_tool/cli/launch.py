@@ -44,7 +44,7 @@ ApiKeyOpt = Annotated[str | None, typer.Option(
     help="API key clients must send; handed to llama-server via LLAMA_API_KEY, never stored or shown.")]
 TreeBudgetOpt = Annotated[int | None, typer.Option(
     "--tree-budget", metavar="N", show_default=False,
-    help="Draft nodes of the DDTree verified per step (llama-server's --spec-tree-budget; patch 0022); 0 or 1 "
+    help="Draft nodes of the DDTree verified per step (llama-server's --spec-tree-budget; patch 0023); 0 or 1 "
     "verifies the chain. Default: the recipe's server.tree.budget.")]
 SlotsOpt = Annotated[int | None, typer.Option(
     "--slots", metavar="N", show_default=False,

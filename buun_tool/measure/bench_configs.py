@@ -79,7 +79,7 @@ def _matches(flag: Flag, pattern: Flag) -> bool:
 
 # What pinned upstream llama.cpp calls the fork's settings the recipe uses (buun's patch 0007 adds
 # the fork's names): the same DFlash, draft size and batch; no -cd (upstream's drafter takes the
-# target's context) and no tree (patch 0022). `buun bench --against upstream` runs every
+# target's context) and no tree (patch 0023). `buun bench --against upstream` runs every
 # configuration with it.
 UPSTREAM = Overrides(
     drop=("-cd", command.TREE_BUDGET, command.TREE_K),
@@ -127,7 +127,7 @@ def synthetic_lengths(given: list[float] | None, sweep: bool, n_max: int | None 
 
 
 def tree(budget: int, draft_max: int | None, synthetic: bool = True) -> ServerConfig:
-    """DFlash verifying trees of `budget` draft nodes (patch 0022; 0: the chain). On random weights
+    """DFlash verifying trees of `budget` draft nodes (patch 0023; 0: the chain). On random weights
     (`synthetic`) under the calibrated tree profile's feigned acceptance, so that every budget, the
     chain included, is measured under the same drafter; the profile's expected AL is that of a
     draft of treeprofile.DEPTH tokens (None for another draft length). On real models with the
@@ -201,7 +201,7 @@ def at_once(cfg: ServerConfig, n: int, ctx: int = DEFAULT_CTX) -> ServerConfig:
 def concurrency_configs(levels: Sequence[int], cfgs: Sequence[ServerConfig], ctx: int = DEFAULT_CTX
                         ) -> list[ServerConfig]:
     """For each level above 1 (--concurrency 2,4), every AR and chain DFlash configuration `at_once`.
-    A tree verifies one slot (patch 0022): the tree sweep's configurations have none."""
+    A tree verifies one slot (patch 0023): the tree sweep's configurations have none."""
     for n in levels:
         if not 1 <= n <= recipes.MAX_SLOTS:
             raise UsageError(f"--concurrency {n}: expected 1 to {recipes.MAX_SLOTS} requests at once",

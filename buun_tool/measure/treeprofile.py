@@ -19,7 +19,7 @@ every step (no easy/hard split) did not reach them: in the families tried, with 
 ranks are its own order of likelihood and a chain of 7.67, a budget-22 tree gained at most 0.55
 (docs/tree.md).
 
-`synth_tree_value` writes a profile as llama-server's `--spec-synth-tree` value (patch 0022), with
+`synth_tree_value` writes a profile as llama-server's `--spec-synth-tree` value (patch 0023), with
 which a server feigns this acceptance for its chain or its tree; `buun bench --tree-budget` serves
 the default profile so.
 """
@@ -140,7 +140,7 @@ def write_rates(rates: list[list[float]]) -> str:
 
 
 def synth_tree_value(profile: Profile) -> str:
-    """The profile as llama-server's `--spec-synth-tree U:E1,...,EK:H1,...,HK` (patch 0022): U, then
+    """The profile as llama-server's `--spec-synth-tree U:E1,...,EK:H1,...,HK` (patch 0023): U, then
     the easy and the hard row of `rows()`. Each number is written in Python's shortest round-trip
     form, so the server's strtod reads back exactly these rates and a measured AL is compared with
     `tree_al` of the same numbers, not of rounded ones."""

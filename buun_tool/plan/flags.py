@@ -20,7 +20,7 @@ from buun_tool.base.errors import UsageError
 from buun_tool.formats.recipes import MAX_SLOTS, Recipe
 
 FIT = "fit"  # a recipe's `-c: fit`: the largest context that fits the GPU found at launch
-# llama-server's spellings of the tree budget (patch 0022)
+# llama-server's spellings of the tree budget (patch 0023)
 TREE_BUDGET_FLAGS = ("--spec-tree-budget", "--tree-budget", "--ddtree-budget")
 TREE_BUDGET_HINT = "0 (or 1) verifies the chain; 22 verifies a tree of 22 draft tokens (docs/tree.md)"
 

@@ -7,7 +7,7 @@ on), following the pinned upstream's allocations (the weights: weights.py):
   value_dim) and the conv window ((kernel - 1) x conv_dim) per sequence. With a drafter, patch
   0011's tape-replay rollback keeps 1 plane and a tape of n_rs_seq + 1 tokens (conv inputs, gate
   and beta per delta-net layer), n_rs_seq being the unclamped --spec-draft-n-max, or the tree
-  budget where that is larger (patch 0022 raises it so that the tape holds a tree's verify);
+  budget where that is larger (patch 0023 raises it so that the tape holds a tree's verify);
   upstream's snapshot rollback (LLAMA_RS_ROLLBACK=snapshot) keeps 1 + n_rs_seq planes.
 - the drafter's KV cache at its own context (-cd) or the target's.
 - the drafter's features: patch 0014 keeps the target's tapped layers of a verify on the device,

@@ -200,7 +200,7 @@ def slots_summary(probe: Probe) -> dict[str, Any] | None:
 
 def slot_state(slot: dict[str, Any]) -> dict[str, Any]:
     """One slot of /slots: busy or idle, the tokens in its context, and its request's figures (the
-    running request's, an idle slot's last; `timings` is buun's patch 0025, absent upstream, when
+    running request's, an idle slot's last; `timings` is buun's patch 0026, absent upstream, when
     they stay None). With several slots /metrics sums them all: this is each user's own."""
     t = slot.get("timings")
     t = t if isinstance(t, dict) else {}

@@ -344,11 +344,11 @@ def with_context(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag
 
 
 def with_tree(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag], budget: int | None) -> list[Flag]:
-    """The flags with the tree's settings (patch 0022). The budget is --tree-budget's, else one among
+    """The flags with the tree's settings (patch 0023). The budget is --tree-budget's, else one among
     the flags (after `--` or in the recipe's server.flags, in any spelling), else the recipe's
     server.tree.budget. A tree (budget 2 or more) gets --spec-tree-budget N, and the recipe's
     --spec-tree-k unless the flags give one; the chain gets no tree flag: it is llama-server's
-    default, so a build without 0022 serves it. A tree that does not fit one ubatch is refused here
+    default, so a build without 0023 serves it. A tree that does not fit one ubatch is refused here
     rather than by llama-server's assert."""
     if budget is not None and any(command.canonical(n) == command.TREE_BUDGET for n, _ in overrides):
         raise UsageError("--tree-budget and a --spec-tree-budget after `--` both set the tree budget",
