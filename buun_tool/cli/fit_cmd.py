@@ -23,6 +23,7 @@ from typing import Annotated, Any
 import typer
 
 from buun_tool.base import console, nvidia, paths
+from buun_tool.base import tree_budget as budgets
 from buun_tool.base.console import Table
 from buun_tool.base.errors import UsageError
 from buun_tool.cli import fit_split
@@ -165,7 +166,7 @@ def _flags(r: recipes.Recipe, *, ctx: int | None, ctk: str | None, ctv: str | No
                     draft_ctx=base.draft_ctx if ctx_draft is None else (ctx_draft or None),
                     ubatch=ubatch or base.ubatch, batch=batch or base.batch,
                     rollback=rollback, tree_budget=base.tree_budget if tree_budget is None else
-                    fit.check_tree_budget(tree_budget, "--tree-budget"))
+                    budgets.check(tree_budget, "--tree-budget"))
     n_slots = slots or base.n_parallel
     # the ubatch grows with the slots as `buun serve --slots` makes it, unless given here
     flags = fit.with_slots(r, flags, n_slots) if not ubatch else replace(flags, n_parallel=n_slots)

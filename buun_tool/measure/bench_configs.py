@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from buun_tool.base import command
+from buun_tool.base import tree_budget as budgets
 from buun_tool.base.command import Flag
 from buun_tool.base.errors import UsageError
 from buun_tool.formats import recipes
@@ -144,11 +145,7 @@ def tree(budget: int, draft_max: int | None, synthetic: bool = True) -> ServerCo
 
 def tree_budgets(given: str) -> list[int]:
     """--tree-budget's budgets ("8,16,22,32"), the chain (0) first and each once (1 is the chain too)."""
-    items = [v.strip() for v in given.split(",") if v.strip()]
-    if not items or not all(command.is_count(v) for v in items):
-        raise UsageError(f"--tree-budget {given!r}: expected a comma-separated list of draft-node budgets, "
-                         "0 or more", "for example --tree-budget 8,16,22,32 (the chain, budget 0, is always added)")
-    return list(dict.fromkeys([0] + [int(v) if int(v) > 1 else 0 for v in items]))
+    return budgets.parse_list(given, "--tree-budget")
 
 
 def draft_length(recipe: recipes.Recipe, overrides: Overrides, models_dir: Path) -> int:

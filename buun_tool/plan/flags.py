@@ -16,13 +16,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from buun_tool.base import command
+from buun_tool.base import tree_budget as budgets
 from buun_tool.base.errors import UsageError
 from buun_tool.formats.recipes import MAX_SLOTS, Recipe
 
 FIT = "fit"  # a recipe's `-c: fit`: the largest context that fits the GPU found at launch
 # llama-server's spellings of the tree budget (patch 0023)
 TREE_BUDGET_FLAGS = ("--spec-tree-budget", "--tree-budget", "--ddtree-budget")
-TREE_BUDGET_HINT = "0 (or 1) verifies the chain; 22 verifies a tree of 22 draft tokens (docs/tree.md)"
+TREE_BUDGET_HINT = budgets.HINT
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class FitFlags:
 
     @property
     def tree(self) -> bool:
-        return self.spec and self.tree_budget > 1
+        return self.spec and budgets.is_tree(self.tree_budget)
 
     @property
     def rs_rows(self) -> int:
@@ -108,11 +109,7 @@ def flags_from_server_flags(f: Mapping[str, Any]) -> FitFlags:
     )
 
 
-def check_tree_budget(n: int, option: str) -> int:
-    """A tree budget as given on a command line: a whole number of draft nodes, 0 or more."""
-    if n < 0:
-        raise UsageError(f"{option} {n}: expected 0 or more draft nodes", TREE_BUDGET_HINT)
-    return n
+check_tree_budget = budgets.check  # a budget given as a number (base/tree_budget.py parses them all)
 
 
 def check_tree(f: FitFlags) -> None:

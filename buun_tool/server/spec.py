@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from buun_tool.base import command, console, nvidia, paths
+from buun_tool.base import tree_budget as budgets
 from buun_tool.base.command import Flag
 from buun_tool.base.errors import BuunError, NotReadyError, UsageError
 from buun_tool.formats import gguf_tools, layout, recipes
@@ -355,10 +356,10 @@ def with_tree(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag], 
                          "give one of them")
     given = [v for n, v in flags if command.canonical(n) == command.TREE_BUDGET]
     if budget is None and given:
-        budget = _budget_flag(given[-1])
-    n = fit.check_tree_budget(recipe.tree_budget if budget is None else budget, "--tree-budget")
+        budget = budgets.parse(given[-1], command.TREE_BUDGET)
+    n = budgets.check(recipe.tree_budget if budget is None else budget, "--tree-budget")
     out = [f for f in flags if command.canonical(f[0]) != command.TREE_BUDGET]
-    if n > 1:
+    if budgets.is_tree(n):
         out.append((command.TREE_BUDGET, str(n)))
         if not any(command.canonical(name) == command.TREE_K for name, _ in out):
             out.append((command.TREE_K, str(recipe.tree_k)))
@@ -405,13 +406,6 @@ def _slots_flag(value: str | None) -> int:
     if value is None or not command.is_count(value):
         shown = "-np" + (f" {value}" if value is not None else " without a value")
         raise UsageError(f"{shown}: expected a number of slots", f"1 to {recipes.MAX_SLOTS}; `buun serve --slots N`")
-    return int(value)
-
-
-def _budget_flag(value: str | None) -> int:
-    if value is None or not command.is_count(value):
-        shown = "--spec-tree-budget" + (f" {value}" if value is not None else " without a value")
-        raise UsageError(f"{shown}: expected a whole number of draft nodes, 0 or more", fit.TREE_BUDGET_HINT)
     return int(value)
 
 
