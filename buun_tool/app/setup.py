@@ -20,13 +20,13 @@ from typing import Any
 import requests
 
 from buun_tool.base import command, console, nvidia
-from buun_tool.base.errors import BuunError, Exit, NotReadyError, UsageError
+from buun_tool.base.errors import BuunError, Exit, UsageError
 from buun_tool.formats import layout
 from buun_tool.formats.recipes import Recipe
 from buun_tool.pipeline import build, doctor, drafter, patches, pull, vendor
 from buun_tool.pipeline import convert as convert_stage
 from buun_tool.pipeline.stage import StageStatus, stale
-from buun_tool.plan import devices, fit
+from buun_tool.plan import fit
 from buun_tool.server import control, instance
 from buun_tool.server import spec as spec_mod
 from buun_tool.server.state import State
@@ -105,9 +105,16 @@ def _server_args(ctx: Context) -> list[str]:
     return [*(("-ngl", "0", "-ngld", "0") if ctx.cpu else ()), *ctx.extra]
 
 
+def _resolve(ctx: Context, need_models: bool = True,
+             cpu_build: bool | None = None) -> tuple[spec_mod.LaunchSpec, str | None]:
+    """The launch of the serve stage, for the run and for the plan alike."""
+    return spec_mod.resolve(str(ctx.recipe.source), models_dir=ctx.models_dir, host=ctx.host, port=ctx.port,
+                            extra=_server_args(ctx), api_key=ctx.api_key, no_api_key=ctx.no_api_key,
+                            need_models=need_models, cpu_build=cpu_build)
+
+
 def _serve(ctx: Context) -> spec_mod.LaunchSpec:
-    spec, key = spec_mod.resolve(str(ctx.recipe.source), models_dir=ctx.models_dir, host=ctx.host, port=ctx.port,
-                                 extra=_server_args(ctx), api_key=ctx.api_key, no_api_key=ctx.no_api_key)
+    spec, key = _resolve(ctx)
     ctx.api_key = key  # the smoke test's and the summary's: also one after `--` or in the recipe
     inst = instance.Instance(spec.name)
     state = control.status(inst, key).state
@@ -274,26 +281,14 @@ def _serves_a_cpu_build(ctx: Context, binary: Path) -> bool:
 
 def plan(ctx: Context) -> list[PlanRow]:
     """What `run` would do, stage by stage: the same checks, nothing changed."""
-    lay = ctx.layout
-    binary = "llama-server"
-    try:
-        binary = str(build.find_binary("llama-server"))
-    except NotReadyError:
-        pass
-    # as spec_mod.resolve builds it (no secret among the flags, the recipe's name as --alias), so
-    # that it compares equal to the command of a server that runs
-    # (the recipe's server.gpus included: the cards' environment and split flags)
-    where = devices.placement(ctx.recipe, None, None, Path(binary))
-    resolved = spec_mod.launch_flags(ctx.recipe, command.parse_args(_server_args(ctx)), [],
-                                     "the arguments after `--`", ctx.models_dir, where=where,
-                                     cpu_build=_serves_a_cpu_build(ctx, Path(binary)))
-    argv = command.server_argv(binary, str(lay.target_gguf), str(lay.drafter_gguf()), ctx.host, ctx.port,
-                               resolved.flags, alias=ctx.recipe.name)
-    key = ctx.api_key or resolved.secrets.get("--api-key")
+    # the launch the serve stage will resolve, from the same function (its models may not exist
+    # yet), so that it compares equal to the command of a server that runs
+    binary, _ = spec_mod.server_binary(built=False)
+    spec, key = _resolve(ctx, need_models=False, cpu_build=_serves_a_cpu_build(ctx, binary))
     rows: list[PlanRow] = []
     for stage in STAGES:
         if stage.name == "serve":
-            rows.append(_serve_row(ctx, stage, argv, command.display(argv, key, resolved.env)))
+            rows.append(_serve_row(ctx, stage, spec.argv, command.display(spec.argv, key, spec.env)))
         elif stage.status is None:
             rows.append(PlanRow(stage.name, "check", stage.what + (" (CPU: no CUDA needed)" if ctx.cpu else "")))
         else:

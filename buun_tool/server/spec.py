@@ -151,7 +151,8 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
             no_api_key: bool = False, policy: Policy | None = None,
             need_models: bool = True, tree_budget: int | None = None,
             slots: int | None = None, gpus: tuple[int, ...] | None = None,
-            draft_gpu: int | None = None, workers: str | None = None) -> tuple[LaunchSpec, str | None]:
+            draft_gpu: int | None = None, workers: str | None = None,
+            cpu_build: bool | None = None) -> tuple[LaunchSpec, str | None]:
     """A launch spec from a recipe and the command-line options; also the API key to give
     llama-server (`api_key`, which the CLI fills from --api-key or BUUN_API_KEY, else an
     `--api-key` after `--` or in the recipe). No secret flag stays in the spec's flags (see
@@ -160,7 +161,9 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
     replaces the recipe's server.tree.budget (with_tree), `slots` (--slots) its server.slots
     (with_slots), `gpus` (--gpus) its server.gpus, with the drafter on `draft_gpu` (devices.py).
     `workers` (--rpc) are RPC workers: each must answer now (unless `need_models` is off), and the
-    drafter goes where the target's last layers are (with_workers)."""
+    drafter goes where the target's last layers are (with_workers). `cpu_build` says whether the
+    server will be a CPU build's where the caller knows better than the binary found now (setup's
+    dry-run: the build its build stage will make)."""
     from buun_tool.server.instance import check_name
 
     patches.rollback_from_env()  # llama-server would take a misspelt value for the tape without a word
@@ -169,9 +172,10 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
     where = devices.placement(recipe, gpus, draft_gpu, binary)
     endpoints = addresses.parse(workers) if workers else []
     check_one_split(endpoints, where)
+    if cpu_build is None:
+        cpu_build = (planned or build.variant_of(binary)) == "cpu"
     resolved = launch_flags(recipe, command.parse_args(extra or []), drops or [], "the arguments after `--`",
-                            models_dir, tree_budget, slots, where, endpoints,
-                            cpu_build=(planned or build.variant_of(binary)) == "cpu")
+                            models_dir, tree_budget, slots, where, endpoints, cpu_build=cpu_build)
     flags, secrets, context = resolved.flags, resolved.secrets, resolved.context
     # llama-server opens a key file from its own folder (buun's, when detached), and check_exposure
     # judges the keys in it from this one: the same file for both, and for a restart from elsewhere
