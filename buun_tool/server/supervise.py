@@ -17,30 +17,41 @@ The same loop runs an RPC worker (worker.py's WorkerSupervisor): the hooks below
 (`_new_record`, `_ready_probe`, `_health`, `_diagnose`, `_env`) are where the two differ.
 
 The process that runs it detached, or for a systemd unit, is supervisor.py's `main`.
+
+The parts beside the loop: the instance's files it keeps (supervise_files.py), its signals
+(supervise_signals.py), its RPC workers' messages and stalls (supervise_workers.py), and the
+listeners of a detached supervisor (supervise_report.py). Their public names are importable from
+here too (supervise.Listener, supervise.report, supervise.detached_output).
 """
 
 from __future__ import annotations
 
 import collections
-import json
 import os
 import queue
 import shlex
-import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import IO, Any
 
 from buun_tool.base.errors import BuunError, Exit
-from buun_tool.server import addresses, loglines, process, rpc
+from buun_tool.server import addresses, loglines, process, rpc, supervise_signals
 from buun_tool.server.health import Health, Probe
 from buun_tool.server.instance import Instance, ref_of
 from buun_tool.server.logfile import RotatingLog
-from buun_tool.server.spec import LaunchSpec, Policy, child_env
+from buun_tool.server.spec import LaunchSpec, child_env
 from buun_tool.server.state import TRANSITIONS, Record, State
+from buun_tool.server.supervise_files import KeptFiles
+from buun_tool.server.supervise_report import Listener, detached_output, report
+from buun_tool.server.supervise_workers import StallWatch, note_lost, steps
+
+__all__ = [
+    # supervise_report.py
+    "Listener", "report", "detached_output",
+    # the loop's own
+    "TICK", "READY_PROBE_EVERY", "EOF_WAIT", "WORKER_RETRY", "WATCH_EVERY", "Supervisor", "spec_command",
+]
 
 TICK = 0.1  # seconds the loop waits for an event before its periodic checks
 READY_PROBE_EVERY = 0.2
@@ -48,23 +59,21 @@ EOF_WAIT = 3.0  # after the child exits, how long to wait for its last lines
 WORKER_RETRY = 1.0  # seconds between probes of a lost RPC worker
 WATCH_EVERY = 1.0  # seconds between checks of the instance's files (a record not written yet, ...)
 
-Listener = Callable[[str, str], None]  # (kind, message): kind is a state value or "phase"
-
 
 class Supervisor:
     def __init__(self, spec: LaunchSpec, instance: Instance, api_key: str | None = None,
                  listener: Listener | None = None, lock_fd: int | None = None):
         """`lock_fd`: the fd that holds the instance's lock, watched with its other files (_watch)."""
         self.spec, self.inst, self.policy = spec, instance, spec.policy
-        self.lock_fd = lock_fd
-        self.own_fds: list[int] = []  # locks taken again on a lock file made again (_keep_lock)
         self.program = instance.program
         self.api_key = api_key
         self.listener = listener or (lambda kind, message: None)
         self.events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()  # reentrant: signal-safe
         self.log = RotatingLog(instance.log_file, self.policy.log_max_bytes, self.policy.log_keep)
+        self.files = KeptFiles(instance, self.log, lock_fd)
         self.probe = Probe(spec.url, api_key)
         self.workers = addresses.parse(addresses.join(spec.rpc)) if getattr(spec, "rpc", None) else []
+        self.stall = StallWatch(self.probe, self.workers, self.policy)  # busy slots' progress, and since when
         self.record = self._new_record()
         self.child: subprocess.Popen[bytes] | None = None
         self.launch_no = 0
@@ -79,10 +88,7 @@ class Supervisor:
         self.next_probe = 0.0
         self.health_fails = 0
         self.waiting = False  # BACKOFF for a lost worker, said so in the log
-        self.progress: tuple[list[Any], float] | None = None  # busy slots' progress, and since when unchanged
         self.failure: BuunError | None = None
-        self.unsaved = False  # the last record could not be written (a full disk): written again later
-        self.saved: tuple[int, ...] | None = None  # the record file as last written (_file_key)
         self.next_watch = 0.0
 
     # --- what a llama-server and a worker do differently (worker.WorkerSupervisor) -------------
@@ -121,7 +127,7 @@ class Supervisor:
 
     def run(self) -> None:
         """Supervise until stopped (returns) or failed (raises the cause)."""
-        old = self._install_signals()
+        old = supervise_signals.install(self.request_stop, self.request_restart)
         self.log.event(f"supervisor {os.getpid()} for {self.spec.name}: {shlex.join(self.record.command)}")
         try:
             self._launch()
@@ -134,11 +140,10 @@ class Supervisor:
         finally:
             if self.child is not None and self.child.poll() is None:
                 process.stop_group(self.child.pid, self.policy.stop_timeout, self.child)
-            self._restore_signals(old)
+            supervise_signals.restore(old)
             self.probe.close()
             self.log.close()
-            for fd in self.own_fds:
-                os.close(fd)
+            self.files.close()
         if self.failure is not None:
             raise self.failure
 
@@ -194,7 +199,7 @@ class Supervisor:
                 if self.health_fails >= self.policy.health_failures:
                     self._hung(f"{self.program} stopped answering /health ({health.detail}, "
                                f"{self.health_fails} checks in a row)")
-                elif health.ok and (stalled := self._stalled(now)):
+                elif health.ok and (stalled := self.stall.stalled(now)):
                     self._hung(stalled)
         elif state == State.BACKOFF and self.record.next_start_at is not None:
             if now >= self.next_start:
@@ -209,24 +214,9 @@ class Supervisor:
             self._save()
 
     def _save(self) -> None:
-        """Write the record. A failed write (a full disk) must not end the supervision of a server
-        that serves: it is said in the log and written again at the next watch. Meanwhile each
-        attempt sets the old record's modification time, which a full disk allows: a record
-        modified well after its own updated_at is one its supervisor could not write
-        (control.record_lag), and `buun status` says it is stale."""
-        try:
-            self.inst.write(self.record)
-        except (OSError, BuunError) as exc:
-            if not self.unsaved:
-                self.log.event(f"could not write {self.inst.state_file} ({getattr(exc, 'message', exc)}); "
-                               "`buun status` shows an older state until it can")
-            self.unsaved = True
-            try:  # a new time on the old record needs no free space: it tells `buun status` the record is behind
-                os.utime(self.inst.state_file)
-            except OSError:
-                pass
-            return
-        self.unsaved, self.saved = False, _file_key(self.inst.state_file)
+        """Write the record; a failed write (a full disk) is said in the log and written again at
+        the next watch, and the loop goes on (KeptFiles.save)."""
+        self.files.save(self.record)
 
     def _tell(self, kind: str, message: str) -> None:
         """The listener (a terminal for `buun serve`) hears of it; a terminal gone (EIO) or a closed
@@ -237,42 +227,9 @@ class Supervisor:
             pass
 
     def _watch(self) -> None:
-        """Every WATCH_EVERY s: the instance's files are the ones this supervisor keeps. Deleted or
-        damaged while it runs (its folder removed, the record cut short), they are made again: else
-        `buun status` says the instance is stopped while it serves and `buun stop` cannot find it
-        (until then, the guard keeps a second `buun start` of the name from running: instance.py)."""
-        self._keep_lock()
-        if self.unsaved or _file_key(self.inst.state_file) != self.saved:
-            self._save()
-        if self.inst.read_spec() is None:  # `buun restart` relaunches from it
-            try:
-                self.inst.write_spec(self.spec.to_json())
-            except (OSError, BuunError):
-                pass
-
-    def _keep_lock(self) -> None:
-        """The lock file is still the one we hold a lock on; if not, lock a new one."""
-        if self.lock_fd is None:
-            return
-        mine = os.fstat(self.lock_fd)
-        try:
-            now = os.stat(self.inst.lock_file)
-            if (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
-                return
-        except FileNotFoundError:
-            pass
-        try:
-            fd = self.inst.try_lock()
-        except OSError:
-            return  # the folder cannot be made now (a full disk): the next watch tries again
-        if fd is None:
-            self.log.event(f"{self.inst.lock_file} was replaced by another process's, which holds it: "
-                           f"another instance named {self.inst.name} may run beside this one")
-            self.lock_fd = None  # said once
-            return
-        self.own_fds.append(fd)
-        self.lock_fd = fd
-        self.log.event(f"{self.inst.lock_file} was deleted while running; made again")
+        """Every WATCH_EVERY s: the instance's lock, record and launch spec, made again when deleted
+        or damaged while it runs (KeptFiles.watch)."""
+        self.files.watch(self.record, self.spec)
 
     def _set(self, state: State, message: str) -> None:
         old = self.record.state
@@ -355,7 +312,8 @@ class Supervisor:
         self.health_fails = 0
         self.record.ready_at, self.record.phase = time.time(), ""
         self.next_probe = time.monotonic() + self.policy.health_interval
-        self.record.lost_workers, self.record.lost_since, self.progress = {}, None, None
+        self.record.lost_workers, self.record.lost_since = {}, None
+        self.stall.reset()
         self._set(State.READY, f"{self.program} is ready on {self.spec.url}")
 
     def _exited(self, code: int) -> None:
@@ -395,10 +353,10 @@ class Supervisor:
         a guess at what a worker did."""
         lost = rpc.unreachable(self.workers, min(self.policy.health_timeout, rpc.PROBE_TIMEOUT))
         if lost:  # the server is gone, so a probe is safe (rpc.py): was a worker the cause?
-            cause = f"{self._lost(lost)}; {if_lost or cause}"
+            cause = f"{note_lost(self.record, lost)}; {if_lost or cause}"
         else:
             self.record.lost_workers, self.record.lost_since = {}, None
-        step = f" ({_steps(lost)})" if lost else ""
+        step = f" ({steps(lost)})" if lost else ""
         now = time.monotonic()
         self.crash_times.append(now)
         while self.crash_times and self.crash_times[0] < now - self.policy.crash_window:
@@ -439,14 +397,6 @@ class Supervisor:
 
     # --- RPC workers ---------------------------------------------------------------------
 
-    def _lost(self, lost: dict[str, str]) -> str:
-        """Record the workers that do not answer; the text that says so."""
-        r = self.record
-        if set(lost) != set(r.lost_workers):
-            r.lost_since = time.time()
-        r.lost_workers = lost
-        return "; ".join(f"worker {w} lost ({why})" for w, why in lost.items())
-
     def _waiting_for_workers(self) -> bool:
         """Before a launch: do all workers answer? A worker that does not is final before the first
         ready; after it, the server waits in BACKOFF (no crash counted) until the worker is back."""
@@ -455,14 +405,14 @@ class Supervisor:
             return False
         if not self.ever_ready:
             self._fail(BuunError("; ".join(f"worker {w} is not reachable ({why})" for w, why in lost.items()),
-                                 _steps(lost), Exit.NOT_READY))
+                                 steps(lost), Exit.NOT_READY))
             return True
         changed = set(lost) != set(self.record.lost_workers) or not self.waiting
-        text = self._lost(lost)
+        text = note_lost(self.record, lost)
         self.next_start, self.record.next_start_at = time.monotonic() + WORKER_RETRY, time.time() + WORKER_RETRY
         if changed or self.record.state != State.BACKOFF:  # said once, not at each probe
             self.waiting = True
-            self._set(State.BACKOFF, f"{text}: {_steps(lost)}; {self.program} starts again once it answers")
+            self._set(State.BACKOFF, f"{text}: {steps(lost)}; {self.program} starts again once it answers")
         else:
             self._save()
         return True
@@ -481,86 +431,9 @@ class Supervisor:
         self._crashed(f"{', '.join(closed)} closed its connection to {self.program}", list(self.tail))
         return True
 
-    def _stalled(self, now: float) -> str | None:
-        """With workers: the cause when a request has made no progress for the policy's
-        stall_timeout while /health answers. llama-server waits on a worker's reply without a
-        timeout, and answers /health (and /slots) meanwhile, so a worker that stops answering
-        without closing the connection (frozen, or its network gone) hangs the request for good."""
-        if not self.workers or not self.policy.stall_timeout:
-            return None
-        code, body = self.probe.get_json("/slots")
-        if code != 200 or not isinstance(body, list):
-            return None  # /slots off (--no-slots): no way to tell
-        busy = [json.dumps([s.get("id"), s.get("id_task"), s.get("n_prompt_tokens_processed"), s.get("next_token")])
-                for s in body if isinstance(s, dict) and s.get("is_processing")]
-        if not busy:
-            self.progress = None
-        elif self.progress is None or self.progress[0] != busy:
-            self.progress = (busy, now)
-        elif now - self.progress[1] >= self.policy.stall_timeout:
-            return (f"a request made no progress for {now - self.progress[1]:.0f} s while /health answered: a worker "
-                    f"stopped answering without closing its connection (frozen, or its network gone); "
-                    f"`buun worker status` on each of {addresses.join(self.workers)} shows it")
-        return None
-
-    # --- signals -------------------------------------------------------------------------
-
-    def _install_signals(self) -> dict[int, Any]:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        old = {}
-        ttys = [fd for fd in (0, 1, 2) if os.isatty(fd)]
-
-        def hangup() -> None:
-            """SIGHUP is `buun restart`'s (and systemd's reload), but a terminal that closes sends
-            it too, to `buun serve` in it: then stop, as any program in a closed terminal does,
-            rather than relaunch llama-server for no one and die at the first line it shows."""
-            if ttys and not all(os.isatty(fd) for fd in ttys):  # a hung-up terminal is no tty
-                self.request_stop("the terminal closed")
-            else:
-                self.request_restart()
-
-        for sig, action in ((signal.SIGTERM, self.request_stop), (signal.SIGINT, self.request_stop),
-                            (signal.SIGHUP, hangup)):
-            old[sig] = signal.signal(sig, lambda _s, _f, a=action: a())
-        return old
-
-    @staticmethod
-    def _restore_signals(old: dict[int, Any]) -> None:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-
-
-def _file_key(file: Path) -> tuple[int, ...] | None:
-    """What tells a file from another, or from itself rewritten."""
-    try:
-        st = os.stat(file)
-    except FileNotFoundError:
-        return None
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-
-
-def _steps(lost: dict[str, str]) -> str:
-    return "; ".join(addresses.next_step(w) for w in lost)
-
 
 def spec_command(spec: LaunchSpec) -> list[str]:
     from buun_tool.base.command import mask
 
     return mask(spec.argv)
-
-
-# --- entry point: `buun start`'s detached supervisor, and the systemd unit's ---------------------
-
-def report(kind: str, message: str) -> None:
-    """A supervisor's listener before it has its own output (detached_output)."""
-    print(f"{time.strftime('%H:%M:%S')} {kind}: {message}", flush=True)
-
-
-def detached_output(inst: Instance, policy: Policy) -> Listener:
-    """A detached supervisor's listener: its state changes to supervisor.log, rotated as the
-    instance's log is (one that restarted a crashing server for months grew it without end). Its
-    stdout and stderr follow the file, for what Python itself writes there (a traceback)."""
-    out = RotatingLog(inst.supervisor_log, policy.log_max_bytes, policy.log_keep, follow=(1, 2))
-    return lambda kind, message: out.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {kind}: {message}")
 
