@@ -9,7 +9,8 @@
     health.py      HTTP probes: /health, /slots, /props, /metrics
     metrics.py     /metrics parsing, the DFlash figures and their change over a request
     local.py       one llama-server for one job (bench, fit --measure, tests): start, ready, stop
-    supervise.py   the one loop that owns every state change
+    supervise.py   the one loop that owns every state change; beside it supervise_files (the
+                   record and locks it keeps), _signals, _workers (lost workers, stalls), _report
     supervisor.py  the supervisor's process (detached, or a systemd unit's)
     control.py     what the CLI does: start detached, stop, restart, status
     addresses.py   RPC workers' HOST:PORT lists, parsed and checked
