@@ -9,8 +9,10 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from buun_tool.base.errors import Exit
 from buun_tool.cli.app import app
-from buun_tool.pipeline import patch_lint
+from buun_tool.pipeline import patch_lint, patches, vendor
+from tests.fake_llama import FakeProject, commit_change
 
 ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
        "PATH": "/usr/bin:/bin"}
@@ -61,3 +63,18 @@ def test_the_series_rewrites_no_line_of_its_own(llama_bin: Path) -> None:
     result = CliRunner().invoke(app, ["patch", "--lint"])
     assert result.exit_code == 0, result.output
     assert "no patch of the" in result.output
+
+
+def test_the_command_names_a_rewrite_and_exits_with_a_conflict(fake_project: FakeProject) -> None:
+    """`buun patch --lint` on a vendored tree whose series rewrites its own line: exit 8 (a
+    conflict), the line and both patches named, and the vendored tree as it was."""
+    vendor.vendor()
+    commit_change(fake_project.llama, "common/arg.cpp", "int option_3 = 3;", "int option_3 = 33;", "arg: a change")
+    commit_change(fake_project.llama, "common/arg.cpp", "int option_3 = 33;", "int option_3 = 34;", "arg: a fix-up")
+    patches.export()
+    before = _git(fake_project.llama, "rev-parse", "HEAD")
+    result = CliRunner().invoke(app, ["patch", "--lint"])
+    assert result.exit_code == Exit.CONFLICT, result.output
+    assert "0002-arg-a-fix-up.patch rewrites common/arg.cpp:" in result.output
+    assert "which 0001-arg-a-change.patch added" in result.output
+    assert _git(fake_project.llama, "rev-parse", "HEAD") == before
