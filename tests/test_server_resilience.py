@@ -62,10 +62,25 @@ def fake(tmp_path: Path, isolated_dirs: Path) -> Iterator[Fake]:
     env = {**os.environ, "BUUN_LLAMA_BIN_DIR": str(write_fake_bin(tmp_path / "bin").parent)}
     f = Fake(isolated_dirs / "state", env, models)
     yield f
-    left = f.ours()
+    left = [p for p in f.ours() if _alive(p)]  # a zombie has ended: only its parent's wait is due
+    shown = [_cmdline(p) for p in left]
     for p in left:
         p.kill()
-    assert not left, f"processes left: {[p.cmdline() for p in left]}"
+    assert not left, f"processes left: {shown}"
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return [f"pid {p.pid} (ended)"]
 
 
 def healthy(port: int) -> bool:
@@ -128,7 +143,7 @@ def test_status_says_a_record_its_supervisor_could_not_write_is_stale(fake: Fake
     sup.rlimit(psutil.RLIMIT_FSIZE, (100, psutil.RLIM_INFINITY))  # no record (nor log line) fits
     old = rec["server"]["pid"]
     psutil.Process(old).kill()
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60  # the relaunch's wait: generous, as the loop ends when it is seen
     st: dict = {}
     while time.monotonic() < deadline:
         st = json.loads(fake("status", "behind", "--json", check=True).stdout)
@@ -418,6 +433,10 @@ def test_supervisor_log_is_rotated_as_the_server_log_is(fake: Fake) -> None:
     assert {os.readlink(f"/proc/{sup}/fd/{fd}") for fd in (1, 2)} == {str(log)}
     from buun_tool.server import logfile
 
+    # the record says ready before the supervisor's log line does: wait for the line
+    deadline = time.monotonic() + 10
+    while "ready: llama-server is ready" not in logfile.tail(log, 1)[0] and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert "ready: llama-server is ready" in logfile.tail(log, 1)[0]
     fake("stop", "chatty", check=True)
     assert_none_left(fake)
