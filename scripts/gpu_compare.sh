@@ -42,22 +42,18 @@ for op in ARGMAX TOP_K CONCAT GATED_DELTA_NET GATED_DELTA_NET_TREE SSM_CONV SSM_
 done
 wait $base_pid || { log "the other tree did not build"; exit 1; }
 
-# bench NAME BIN ARGS...: `buun bench` of the synthetic pair on the binaries in BIN
-bench() {
-    local name=$1 bin=$2
-    shift 2
-    step "$name" 600 env BUUN_LLAMA_BIN_DIR="$bin" LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" "$@" --out "$RES/$name"
+# both KIND ARGS...: `buun bench` of the synthetic pair on this series' build, then on the other
+# tree's; results in $RES/KIND-series and $RES/KIND-base
+both() {
+    local kind=$1 which bin
+    shift
+    for which in series base; do
+        bin=$BIN; [ $which = base ] && bin=$BASE_BIN
+        step "$kind-$which" 600 env BUUN_LLAMA_BIN_DIR="$bin" LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" "$@" \
+            --out "$RES/$kind-$which"
+    done
 }
-for which in series base; do
-    b=$BIN; [ $which = base ] && b=$BASE_BIN
-    bench "bench-$which" "$b" --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512
-done
-for which in series base; do
-    b=$BIN; [ $which = base ] && b=$BASE_BIN
-    bench "tree-$which" "$b" --no-ar --tree-budget 22 --prompts 2 --n-predict 512
-done
-for which in series base; do
-    b=$BIN; [ $which = base ] && b=$BASE_BIN
-    bench "slots-$which" "$b" --synthetic-al 7.67 --concurrency 4 --prompts 4 --n-predict 512
-done
+both bench --synthetic-al 1 --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512
+both tree --no-ar --tree-budget 22 --prompts 2 --n-predict 512
+both slots --synthetic-al 7.67 --concurrency 4 --prompts 4 --n-predict 512
 log "done"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import email
 import re
 from email import policy
+from email.message import Message
 from pathlib import Path
 
 from buun_tool.base.errors import BuunError
@@ -21,10 +22,19 @@ END = "<!-- end of the series -->"
 _LABEL = re.compile(rf"^({'|'.join(LABELS)}): ", re.M)
 
 
+def _subject(msg: Message) -> str:
+    return re.sub(r"^\[PATCH[^\]]*\]\s*", "", str(msg.get("Subject", ""))).strip()
+
+
+def subject(patch: Path) -> str:
+    """A patch file's subject, without git's [PATCH] prefix."""
+    return _subject(email.message_from_bytes(patch.read_bytes(), policy=policy.default))
+
+
 def header(patch: Path) -> tuple[str, dict[str, str]]:
     """A patch file's subject and its labelled fields (each one paragraph, unwrapped)."""
     msg = email.message_from_bytes(patch.read_bytes(), policy=policy.default)
-    subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", str(msg.get("Subject", ""))).strip()
+    subject = _subject(msg)
     body = msg.get_payload(decode=True).decode("utf-8", "replace").split("\n---\n")[0].split("\ndiff --git ")[0]
     fields: dict[str, str] = {}
     for para in re.split(r"\n\s*\n", body):

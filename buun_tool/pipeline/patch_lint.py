@@ -37,7 +37,7 @@ def _removed(repo: Path, commit: str) -> dict[str, list[tuple[int, int]]]:
     """{file: [(first line, count)]} of the lines `commit` removes, numbered in its parent."""
     out: dict[str, list[tuple[int, int]]] = {}
     diff = git(repo, "diff", "-U0", "--no-renames", "--no-color", f"{commit}~1", commit)
-    for part in diff.split("\ndiff --git ")[0:]:
+    for part in diff.split("\ndiff --git "):
         m = re.search(r"^--- a/(.+)$", part, re.M)
         if m is None:
             continue  # a new file removes nothing

@@ -15,7 +15,6 @@ the baseline, so the vendored tree's history *is* the series and `export` writes
 
 from __future__ import annotations
 
-import email
 import hashlib
 import os
 import re
@@ -23,7 +22,6 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from email import policy
 from pathlib import Path
 
 from buun_tool.base import locks, paths
@@ -74,8 +72,7 @@ class Patch:
 
     @property
     def subject(self) -> str:
-        msg = email.message_from_bytes(self.path.read_bytes(), policy=policy.default)
-        return re.sub(r"^\[PATCH[^\]]*\]\s*", "", str(msg.get("Subject", ""))).strip()
+        return patch_docs.subject(self.path)
 
 
 @dataclass

@@ -24,11 +24,9 @@ from buun_tool.formats.recipes import MAX_SLOTS, Recipe
 from buun_tool.plan.flags import (
     FIT,
     TREE_BUDGET_FLAGS,
-    TREE_BUDGET_HINT,
     FitFlags,
     check_slots,
     check_tree,
-    check_tree_budget,
     flags_from_recipe,
     flags_from_server_flags,
     slot_verify_rows,
@@ -62,7 +60,7 @@ from buun_tool.plan.weights import Weights, default_weights, weights_from_files,
 
 __all__ = [
     # flags.py
-    "FIT", "TREE_BUDGET_FLAGS", "TREE_BUDGET_HINT", "FitFlags", "check_slots", "check_tree", "check_tree_budget",
+    "FIT", "TREE_BUDGET_FLAGS", "FitFlags", "check_slots", "check_tree",
     "flags_from_recipe", "flags_from_server_flags", "slot_verify_rows", "with_slots",
     # memory.py
     "CELL_PAD", "CUDA_ACTIVATIONS", "CUDA_CONTEXT_MIB", "DRAFT_CONTEXT_MIB", "GIB", "KV_TYPE_BYTES", "MIB", "cells",

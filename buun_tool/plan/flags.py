@@ -23,7 +23,6 @@ from buun_tool.formats.recipes import MAX_SLOTS, Recipe
 FIT = "fit"  # a recipe's `-c: fit`: the largest context that fits the GPU found at launch
 # llama-server's spellings of the tree budget (patch 0023)
 TREE_BUDGET_FLAGS = ("--spec-tree-budget", "--tree-budget", "--ddtree-budget")
-TREE_BUDGET_HINT = budgets.HINT
 
 
 @dataclass(frozen=True)
@@ -109,7 +108,6 @@ def flags_from_server_flags(f: Mapping[str, Any]) -> FitFlags:
     )
 
 
-check_tree_budget = budgets.check  # a budget given as a number (base/tree_budget.py parses them all)
 
 
 def check_tree(f: FitFlags) -> None:
