@@ -355,7 +355,11 @@ def test_a_like_sampler_keeps_the_scheduler(llama_bin: Path, upstream_build_dir:
     change: new compute buffers, every graph rebuilt at new addresses (on CUDA, captured again). A
     chain like the one the scheduler was reserved with keeps it. Three greedy requests then a
     sampled one: upstream's build reserves for each of the four, the series' for the first and for
-    the sampled chain only. The greedy requests' tokens are the same either way."""
+    the sampled chain only. The greedy requests' tokens are the same either way: the same as
+    upstream's where both builds run on the CPU; on a GPU (the harness's BUUN_TEST_NGL) upstream's
+    build here is the CPU's, whose float sums differ from the card's, so the reference is this build's
+    own greedy tokens without -bs (in the Ampere PTX run of 2026-11-29 the card's and the CPU's
+    tokens parted at a near-tie, index 5 of the first prompt)."""
     target, _ = tiny_pair_f32
     sampled = {"temperature": 0.8, "top_k": 40}
     reserves: dict[str, int] = {}
@@ -369,7 +373,11 @@ def test_a_like_sampler_keeps_the_scheduler(llama_bin: Path, upstream_build_dir:
             # a task's timings are logged after its decodes, so after any reserve they made
             reserves[name] = len(RESERVE_LINE.findall(_logged(log, GRAPHS_REUSED, 4))) - before
     assert reserves == {"buun": 2, "upstream": 4}
-    assert tokens["buun"] == tokens["upstream"]
+    reference = tokens["upstream"]
+    if gpu_layers():
+        with llama_server(llama_bin, _base(target), tmp_path / "no-bs.log") as s:
+            reference = [s.complete(p, 8)["tokens"] for p in PROMPTS[:3]]
+    assert tokens["buun"] == reference
 
 
 def _continuation(server: Server, committed: list[int], cached: bool) -> dict:
