@@ -12,7 +12,7 @@ from pathlib import Path
 
 from buun_tool.formats import recipes
 from buun_tool.measure import synth
-from tests.llama_proc import Server, llama_server
+from tests.support.real_llama_server import Server, llama_server
 
 PROMPTS = [[1000 + 37 * i % 4000 for i in range(23)], [2000 + 7 * i % 1000 for i in range(131)]]
 VARIANTS = {

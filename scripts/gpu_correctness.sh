@@ -5,8 +5,8 @@
 # BIN_DIR defaults to the CUDA build of this checkout (vendor/build/cuda/bin); results (junit XML
 # and the pytest log, OUT_DIR/NAME.{txt,xml}, NAME correctness-cuda by default) go to OUT_DIR
 # (default: docs/results), to be committed under docs/. PYTEST_ARGS replace the two files (a -k
-# selection, say). BUUN_TEST_DEVICE_ARGS, where set, places the models (tests/llama_proc.py: a
-# split over two cards, an RPC worker).
+# selection, say). BUUN_TEST_DEVICE_ARGS, where set, places the models
+# (tests/support/real_llama_server.py: a split over two cards, an RPC worker).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-vendor/build/cuda/bin}

@@ -10,9 +10,10 @@ import pytest
 
 from buun_tool.pipeline import build
 
-# fixture modules shared by several test files
-pytest_plugins = ["tests.build_fixtures", "tests.fake_gpus", "tests.fake_llama", "tests.lock_holder", "tests.models",
-                  "tests.models_fixtures", "tests.server_fixtures"]
+# fixture modules shared by several test files (tests/support/__init__.py says what each is for)
+pytest_plugins = ["tests.support.fake_gpus", "tests.support.fake_llama_source", "tests.support.fixtures_models",
+                  "tests.support.fixtures_server", "tests.support.fixtures_upstream_build",
+                  "tests.support.lock_holder"]
 
 
 # Fixtures that need the llama.cpp build: a test that uses one (directly or through another fixture)

@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from buun_tool.base import command
-from tests.llama_proc import Server, llama_server
+from tests.support.real_llama_server import Server, llama_server
 
 
 def _status(server: Server, key: str | None) -> int:

@@ -19,7 +19,7 @@ from buun_tool.cli.app import app
 from buun_tool.formats import recipes
 from buun_tool.measure import bench, bench_configs, chart, figures, treeprofile
 from buun_tool.pipeline import patches
-from tests.bench_files import NO_MATPLOTLIB, RECORDED
+from tests.support.recorded_bench import NO_MATPLOTLIB, RECORDED
 
 
 def _port_closed(port: int) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from buun_tool.base.console import printable
-from tests.bench_files import (
+from tests.support.recorded_bench import (
     HOSTILE,
     NO_MATPLOTLIB,
     OTHER_CONFIGS,

@@ -19,8 +19,17 @@ from typing import Any
 import pytest
 
 from buun_tool.measure import bench, figures, report, treeprofile
-from tests.bench_files import HOSTILE, NO_MATPLOTLIB, RECORDED, bench_cli, crafted_run, said, tree_sweep_run, write_json
-from tests.server_browser import Chromium, find_chromium
+from tests.support.chromium import Chromium, find_chromium
+from tests.support.recorded_bench import (
+    HOSTILE,
+    NO_MATPLOTLIB,
+    RECORDED,
+    bench_cli,
+    crafted_run,
+    said,
+    tree_sweep_run,
+    write_json,
+)
 
 CHARTS = ("speed", "acceptance", "al-sweep", "memory")
 TABLES = ("speed", "acceptance", "al-sweep", "memory", "machine", "build", "prompts")

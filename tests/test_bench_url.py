@@ -15,8 +15,8 @@ import pytest
 from buun_tool.base.errors import BuunError
 from buun_tool.measure import bench
 from buun_tool.server.health import Probe
-from tests.bench_files import bench_cli, said
-from tests.hostile_server import Answer, forever, good, serve, status, stream, trickled_head, with_timings
+from tests.support.fake_remote_server import Answer, forever, good, serve, status, stream, trickled_head, with_timings
+from tests.support.recorded_bench import bench_cli, said
 
 
 def _bench(url: str, out: Path) -> tuple[int, str]:

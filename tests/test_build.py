@@ -14,8 +14,8 @@ from buun_tool.base import nvidia, paths
 from buun_tool.base.errors import Exit, NotReadyError, UsageError
 from buun_tool.cli.app import app
 from buun_tool.pipeline import build, patches, vendor
-from tests.fake_llama import FakeProject, commit_change, run
-from tests.lock_holder import env, release, stderr_until
+from tests.support.fake_llama_source import FakeProject, commit_change, run
+from tests.support.lock_holder import env, release, stderr_until
 
 runner = CliRunner()
 

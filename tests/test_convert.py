@@ -26,10 +26,10 @@ from buun_tool.cli.app import app
 from buun_tool.formats import layout, recipes
 from buun_tool.formats.gguf_tools import GgufFile
 from buun_tool.pipeline import build, convert, drafter, pull, vendor
-from tests.hub_server import FakeHub
-from tests.llama_proc import llama_server
-from tests.lock_holder import buun, env, finish, release, stderr_until
-from tests.tiny_models import TinyModels, write_recipe
+from tests.support.fake_hub import FakeHub
+from tests.support.lock_holder import buun, env, finish, release, stderr_until
+from tests.support.real_llama_server import llama_server
+from tests.support.tiny_checkpoints import TinyModels, write_recipe
 
 
 def _sha(path: Path) -> str:

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from tests.llama_proc import Server, gpu_layers, llama_server
+from tests.support.real_llama_server import Server, gpu_layers, llama_server
 
 slow = pytest.mark.slow  # all but the tie rule's own test run real servers
 

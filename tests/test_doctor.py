@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from buun_tool.cli.app import app
 from buun_tool.pipeline import build, vendor
-from tests.fake_gpus import write_nvidia_smi
+from tests.support.fake_gpus import write_nvidia_smi
 
 
 def _disk(*args: str) -> str:

@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 from buun_tool.base.errors import Exit, UsageError
 from buun_tool.cli.app import app
 from buun_tool.formats import gguf_tools
-from tests.llama_proc import llama_server
-from tests.tiny_models import TinyModels
+from tests.support.real_llama_server import llama_server
+from tests.support.tiny_checkpoints import TinyModels
 
 T = gguf.GGUFValueType
 

@@ -22,7 +22,7 @@ from buun_tool.measure import bench_configs
 from buun_tool.pipeline import build, doctor
 from buun_tool.plan import devices, fit, split
 from buun_tool.server import spec
-from tests.fake_gpus import RTX_3090, fake_build, write_nvidia_smi
+from tests.support.fake_gpus import RTX_3090, fake_build, write_nvidia_smi
 
 GIVEN = {"models_dir": Path("/m"), "model": Path("/m/t.gguf"), "draft": Path("/m/d.gguf")}
 SPLIT_FLAGS = ("-sm", "-ts", "-dev", "-devd")
@@ -440,7 +440,7 @@ class TestHost:
 def test_the_cpu_build_takes_the_split_flags(llama_bin: Path, tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
     """The CPU build has no CUDA0 to name, but it parses -sm layer and the -ts buun plans for the
     tiny pair over two cards (9 layers) and serves: the flags' spelling and form are llama-server's."""
-    from tests.llama_proc import llama_server
+    from tests.support.real_llama_server import llama_server
 
     r = recipes.load()
     plan = split.plan(r, replace(fit.flags_from_recipe(r), ctx=512), split.cards_from_gib([24, 24]), scale="tiny",

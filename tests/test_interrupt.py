@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from buun_tool.base.errors import INTERRUPTED
-from tests.tiny_models import write_recipe
+from tests.support.tiny_checkpoints import write_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,5 +1,5 @@
 """Two buun commands that change the same thing: the second waits for the first, says for what, and
-then finds the work done. Real processes: real `buun` commands, or tests/lock_holder.py holding
+then finds the work done. Real processes: real `buun` commands, or tests/support/lock_holder.py holding
 the same lock as a stage would."""
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from buun_tool.base import paths
 from buun_tool.base.errors import INTERRUPTED, Exit
 from buun_tool.formats import layout, recipes
 from buun_tool.pipeline import build, patches, vendor
-from tests.fake_llama import FakeProject, commit_change, hold_git_am, wait_for_file
-from tests.hub_server import FakeHub
-from tests.lock_holder import buun, env, finish, release, stderr_until
+from tests.support.fake_hub import FakeHub
+from tests.support.fake_llama_source import FakeProject, commit_change, hold_git_am, wait_for_file
+from tests.support.lock_holder import buun, env, finish, release, stderr_until
+from tests.support.tiny_checkpoints import write_recipe
 from tests.test_pull import GGUF, TARGET
 from tests.test_pull import hub as hub  # noqa: F401 (the fixture: small repos under the recipe's names)
-from tests.tiny_models import write_recipe
 
 
 def _series(p: FakeProject, n: int) -> list[str]:

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from buun_tool.base.errors import Exit
 from buun_tool.cli.app import app
 from buun_tool.pipeline import patch_lint, patches, vendor
-from tests.fake_llama import FakeProject, commit_change
+from tests.support.fake_llama_source import FakeProject, commit_change
 
 ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
        "PATH": "/usr/bin:/bin"}

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from buun_tool.base.errors import BuunError, Exit
 from buun_tool.cli.app import app
 from buun_tool.pipeline import patches, vendor
-from tests.fake_llama import FakeProject, commit_change, hold_git_am, run, wait_for_file
-from tests.lock_holder import env
+from tests.support.fake_llama_source import FakeProject, commit_change, hold_git_am, run, wait_for_file
+from tests.support.lock_holder import env
 
 runner = CliRunner()
 

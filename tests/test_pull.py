@@ -1,4 +1,4 @@
-"""`buun pull` against a real HTTP server speaking the Hub protocol (tests/hub_server.py), with
+"""`buun pull` against a real HTTP server speaking the Hub protocol (tests/support/fake_hub.py), with
 the real huggingface_hub client: errors, resume, disk check, verification, manifest, offline."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from buun_tool.base.errors import BuunError, Exit
 from buun_tool.cli.app import app
 from buun_tool.formats import layout, recipes
 from buun_tool.pipeline import pull
-from tests.hub_server import Cut, FakeHub
-from tests.tiny_models import write_recipe
+from tests.support.fake_hub import Cut, FakeHub
+from tests.support.tiny_checkpoints import write_recipe
 
 TARGET, DRAFTER, TOKENIZER = "unsloth/Qwen3.5-27B-GGUF", "z-lab/Qwen3.5-27B-DFlash", "Qwen/Qwen3.5-27B"
 GGUF = "Qwen3.5-27B-tiny-Q8_0.gguf"

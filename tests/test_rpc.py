@@ -16,7 +16,7 @@ from buun_tool.server import addresses, rpc, worker
 from buun_tool.server.addresses import Endpoint
 from buun_tool.server.process import free_port
 from buun_tool.server.rpc import Device
-from tests.server_helpers import run_buun as buun
+from tests.support.fixtures_server import run_buun as buun
 
 
 def flat(text: str) -> str:
@@ -246,11 +246,11 @@ class TestCommand:
         llama-server at a time: stop the other server using it". The program took the connection:
         it is named as one that is no worker. A port whose connections wait unread, as in a busy
         worker's queue, keeps the busy worker's message."""
-        from tests import hostile_server
+        from tests.support import fake_remote_server
 
         monkeypatch.setattr(rpc, "LIST_TIMEOUT", 3.0)
         binary = str(llama_bin / "llama-server")
-        with hostile_server.serve(hostile_server.good()) as url:
+        with fake_remote_server.serve(fake_remote_server.good()) as url:
             web = url.removeprefix("http://")
             with pytest.raises(NotReadyError) as e:
                 rpc.list_devices(binary, addresses.parse(web))

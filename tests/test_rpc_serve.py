@@ -17,8 +17,8 @@ import pytest
 import requests
 
 from buun_tool.server.process import free_port
-from tests.llama_proc import Server, llama_server
-from tests.server_helpers import TEST_FLAGS, Buun
+from tests.support.fixtures_server import TEST_FLAGS, Buun
+from tests.support.real_llama_server import Server, llama_server
 from tests.test_correctness import EXACT, PROMPTS
 from tests.test_worker import assert_none_left, flat
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from buun_tool.server.process import free_port
-from tests.server_helpers import ROOT, processes_with_env
+from tests.support.fixtures_server import ROOT, processes_with_env
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from buun_tool.server.process import free_port
-from tests.server_helpers import TEST_FLAGS, Buun, chat
+from tests.support.fixtures_server import TEST_FLAGS, Buun, chat
 
 pytestmark = pytest.mark.slow
 

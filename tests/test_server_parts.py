@@ -23,7 +23,7 @@ from buun_tool.server import logfile, loglines, metrics, process
 from buun_tool.server.health import Health, Probe
 from buun_tool.server.instance import Instance, live, ref_of
 from buun_tool.server.state import TRANSITIONS, ProcRef, Record, State
-from tests.hostile_server import forever, serve, status
+from tests.support.fake_remote_server import forever, serve, status
 
 # Shaped like server_task_result_metrics::to_metrics() of the pinned llama.cpp.
 METRICS = """\

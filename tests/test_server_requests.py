@@ -23,15 +23,15 @@ from typing import Any
 import pytest
 import requests
 
-from tests.llama_proc import Server, concurrently, gpu_layers, llama_server, stream_then_close
+from tests.support.real_llama_server import Server, concurrently, gpu_layers, llama_server, stream_then_close
 from tests.test_correctness import DFLASH, EXACT, TOL_FLOOR, TOP_K, _logprob_diff
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(bool(gpu_layers()), reason="exact comparisons with AR hold on the CPU only")]
 
-# Two tokens the tiny Q4 drafter (tests/models.py's seed 0, here dequantized) proposes often as its
-# top candidate once the target is held to them: with the target restricted to these, drafts are
-# accepted.
+# Two tokens the tiny Q4 drafter (`tiny_pair`'s seed 0 in tests/support/fixtures_models.py, here
+# dequantized) proposes often as its top candidate once the target is held to them: with the target
+# restricted to these, drafts are accepted.
 FAV, FAV2, OTHER = 147653, 62303, 80498
 PIECE, PIECE2 = "<synth_146838>", "<synth_61488>"  # their text
 TWO = f"root ::= (<[{FAV}]> | <[{FAV2}]>)+"

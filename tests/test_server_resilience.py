@@ -1,6 +1,6 @@
 """The supervisor under what weeks of running meet: a full disk, its files deleted or damaged, a
 terminal that goes away, commands that overlap. With a stand-in llama-server
-(tests/fake_llama_server.py), so each case takes seconds; the real server's own lifecycle is in
+(tests/support/fake_llama_server.py), so each case takes seconds; the real server's own lifecycle is in
 test_server_lifecycle.py."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import pytest
 import requests
 
 from buun_tool.server.process import free_port
-from tests.fake_llama_server import write_fake_bin
-from tests.server_helpers import FAST, ROOT, processes_with_env, run_buun, wait_record
+from tests.support.fake_llama_server import write_fake_bin
+from tests.support.fixtures_server import FAST, ROOT, processes_with_env, run_buun, wait_record
 
 
 @dataclass

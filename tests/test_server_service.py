@@ -21,7 +21,7 @@ from buun_tool.formats import layout
 from buun_tool.server import service
 from buun_tool.server.instance import Instance
 from buun_tool.server.process import free_port
-from tests.server_helpers import TEST_FLAGS, Buun, chat
+from tests.support.fixtures_server import TEST_FLAGS, Buun, chat
 
 ROOT = Path(__file__).resolve().parent.parent
 

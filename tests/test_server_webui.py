@@ -12,8 +12,8 @@ import pytest
 import requests
 
 from buun_tool.server.process import free_port
-from tests.server_browser import Chromium, find_chromium
-from tests.server_helpers import ROOT, TEST_FLAGS, Buun
+from tests.support.chromium import Chromium, find_chromium
+from tests.support.fixtures_server import ROOT, TEST_FLAGS, Buun
 
 pytestmark = pytest.mark.slow
 

@@ -28,8 +28,8 @@ from buun_tool.pipeline import build
 from buun_tool.server import control
 from buun_tool.server.instance import Instance, all_instances
 from buun_tool.server.process import free_port
-from tests.hub_server import FakeHub
-from tests.tiny_models import DRAFTER_REPO, write_recipe
+from tests.support.fake_hub import FakeHub
+from tests.support.tiny_checkpoints import DRAFTER_REPO, write_recipe
 
 pytestmark = pytest.mark.slow
 
@@ -241,7 +241,7 @@ def test_the_patch_stage_prints_its_result(fake_project, capsys: pytest.CaptureF
 
     from buun_tool.app import setup
     from buun_tool.pipeline import patches, vendor
-    from tests.fake_llama import commit_change
+    from tests.support.fake_llama_source import commit_change
 
     vendor.vendor()
     commit_change(fake_project.llama, "common/arg.cpp", "int option_3 = 3;", "int option_3 = 33;", "arg: a change")

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.llama_proc import Server, concurrently, gpu_layers, llama_server, stream_then_close
+from tests.support.real_llama_server import Server, concurrently, gpu_layers, llama_server, stream_then_close
 from tests.test_correctness import (
     DFLASH,
     EXACT,

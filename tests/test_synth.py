@@ -18,7 +18,7 @@ from buun_tool.base.errors import UsageError
 from buun_tool.cli.app import app
 from buun_tool.formats import model_plan, recipes
 from buun_tool.measure import synth
-from tests.tiny_models import TinyModels
+from tests.support.tiny_checkpoints import TinyModels
 
 
 def _sha(path: Path) -> str:

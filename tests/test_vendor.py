@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from buun_tool.base.errors import BuunError, Exit
 from buun_tool.cli.app import app
 from buun_tool.pipeline import vendor
-from tests.fake_llama import FakeProject, run
+from tests.support.fake_llama_source import FakeProject, run
 
 runner = CliRunner()
 

@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from buun_tool.server.process import free_port
-from tests.server_helpers import Buun, wait_record
+from tests.support.fixtures_server import Buun, wait_record
 
 pytestmark = pytest.mark.slow
 

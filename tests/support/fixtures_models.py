@@ -1,11 +1,17 @@
-"""Fixtures of the model pipeline tests (a pytest plugin: `pytest_plugins = ["tests.models_fixtures"]`).
+"""The tiny models of the tests (a pytest plugin), built once and cached in .pytest_cache.
 
+GGUF pairs to serve, synthesized by buun itself (`synth.write_pair`, a no-op when the files are up
+to date) with the structure of the default recipe's pair (Qwen3.5-27B and its DFlash drafter):
+- `tiny_pair`: Q4, `tiny_pair_f32`: f32 matrices, `tiny_pair_q4_f32`: the Q4 pair dequantized to f32
+  (tests/README.md says which a test needs).
+
+The model pipeline's inputs (pull, convert, gguf), from tests/support/tiny_checkpoints.py:
 - `converter_python`: the converter's venv, made once by buun itself (`convert.converter_python`)
   in the same cache folder conftest gives every test, so tests find it ready.
-- `tiny_models`: the tiny target (HF checkpoint -> GGUF with the vendored converter), the tiny
-  drafter and the real Qwen3.5 tokenizer. Built once and kept in .pytest_cache/buun-fixtures
+- `tiny_models_built`: the tiny target (HF checkpoint -> GGUF with the vendored converter), the tiny
+  drafter and the real Qwen3.5 tokenizer (`tiny_tokenizer`). Kept in .pytest_cache/buun-fixtures
   under a key of everything that shapes them, so later sessions start in a second.
-- `fake_hub`: a local Hub (tests/hub_server.py) with HF_ENDPOINT pointing at it.
+- `fake_hub`: a local Hub (tests/support/fake_hub.py) with HF_ENDPOINT pointing at it.
 - `tiny_hub` / `tiny_recipe`: the tiny pair published on the fake Hub under the real recipe's
   repo names, and a recipe file that pulls it.
 """
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -24,13 +31,53 @@ import pytest
 
 from buun_tool.base import paths
 from buun_tool.formats import recipes
+from buun_tool.measure import synth
 from buun_tool.pipeline import convert
-from tests import tiny_models
-from tests.hub_server import FakeHub
-from tests.tiny_models import TinyModels, write_recipe
+from tests.support import tiny_checkpoints
+from tests.support.fake_hub import FakeHub
+from tests.support.tiny_checkpoints import TinyModels, write_recipe
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".pytest_cache"
+PAIRS = CACHE / "buun-models"  # the GGUF pairs
+
+
+@pytest.fixture(scope="session")
+def tiny_pair() -> tuple[Path, Path]:
+    """(target.gguf, drafter.gguf): qwen35 hybrid target (delta-net + full attention layers) and a
+    dflash drafter reading several of its layers."""
+    return synth.write_pair(recipes.load(), PAIRS / "tiny", scale="tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_pair_f32() -> tuple[Path, Path]:
+    """The same pair with f32 matrices, for the correctness harness: without quantized activations,
+    single-token and batched decoding agree to float rounding, so states compare tightly."""
+    return synth.write_pair(recipes.load(), PAIRS / "tiny-f32", scale="tiny", seed=0,
+                            target_type="f32", draft_type="f32")
+
+
+@pytest.fixture(scope="session")
+def tiny_pair_q4_f32(tiny_pair: tuple[Path, Path], llama_bin: Path) -> tuple[Path, Path]:
+    """The Q4 pair dequantized to f32 (llama-quantize ... F32): the Q4 pair's function, so its
+    drafter proposes what the Q4 drafter proposes (tests/test_server_requests.py relies on the
+    tokens it favours), with the f32 pair's batch invariance (tests/README.md)."""
+    out = PAIRS / "tiny-q4-f32"
+    out.mkdir(parents=True, exist_ok=True)
+    made = []
+    for src in tiny_pair:
+        dest, stamp = out / src.name.replace(".gguf", "-f32.gguf"), out / (src.name + ".source")
+        source = f"{src.stat().st_size} {src.stat().st_mtime_ns}\n"
+        if not dest.is_file() or not stamp.is_file() or stamp.read_text() != source:
+            tmp = dest.with_name(f"{dest.name}.{os.getpid()}.tmp")  # sessions side by side
+            r = subprocess.run([str(llama_bin / "llama-quantize"), "--allow-requantize", str(src), str(tmp), "F32"],
+                               capture_output=True, text=True, timeout=600)
+            assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+            tmp.replace(dest)
+            stamp.write_text(source)
+        made.append(dest)
+    return made[0], made[1]
+
 
 
 def _fixture_key(geometry: dict[str, Any]) -> str:
@@ -39,20 +86,20 @@ def _fixture_key(geometry: dict[str, Any]) -> str:
     tree = subprocess.run(["git", "-C", str(llama), "rev-parse", "HEAD^{tree}"],
                           capture_output=True, text=True).stdout.strip()
     h = hashlib.sha256()
-    for part in (Path(tiny_models.__file__).read_bytes(), json.dumps(geometry, sort_keys=True).encode(),
+    for part in (Path(tiny_checkpoints.__file__).read_bytes(), json.dumps(geometry, sort_keys=True).encode(),
                  tree.encode(), json.dumps(convert.CONVERTER_REQUIREMENTS).encode()):
         h.update(part)
     return h.hexdigest()[:16]
 
 
 def _build(dest: Path, geometry: dict[str, dict[str, Any]], python: Path, tokenizer: Path) -> None:
-    tcfg = tiny_models.target_config(geometry["target"])
-    dcfg = tiny_models.drafter_config(geometry["drafter"], geometry["target"])
+    tcfg = tiny_checkpoints.target_config(geometry["target"])
+    dcfg = tiny_checkpoints.drafter_config(geometry["drafter"], geometry["target"])
     target_hf = dest / "target-hf"
-    tiny_models.write_checkpoint(target_hf, tcfg, tiny_models.target_weights(tcfg))
-    tiny_models.write_checkpoint(dest / "drafter", dcfg, tiny_models.drafter_weights(dcfg))
+    tiny_checkpoints.write_checkpoint(target_hf, tcfg, tiny_checkpoints.target_weights(tcfg))
+    tiny_checkpoints.write_checkpoint(dest / "drafter", dcfg, tiny_checkpoints.drafter_weights(dcfg))
     (dest / "tokenizer").mkdir()
-    for name in tiny_models.TOKENIZER_FILES:
+    for name in tiny_checkpoints.TOKENIZER_FILES:
         shutil.copyfile(tokenizer / name, target_hf / name)
         shutil.copyfile(tokenizer / name, dest / "tokenizer" / name)
     shutil.copyfile(target_hf / "config.json", dest / "tokenizer" / "config.json")
@@ -72,12 +119,12 @@ def converter_python() -> Path:
 @pytest.fixture(scope="session")
 def tiny_tokenizer() -> Path:
     """The Qwen3.5 tokenizer files (10 s to build, so cached across sessions)."""
-    key = hashlib.sha256(Path(tiny_models.__file__).read_bytes()).hexdigest()[:16]
+    key = hashlib.sha256(Path(tiny_checkpoints.__file__).read_bytes()).hexdigest()[:16]
     dest = CACHE / "buun-fixtures" / f"tokenizer-{key}"
     if not (dest / "tokenizer.json").is_file():
         tmp = dest.with_name(dest.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        tiny_models.write_tokenizer(tmp)
+        tiny_checkpoints.write_tokenizer(tmp)
         shutil.rmtree(dest, ignore_errors=True)
         tmp.rename(dest)
     return dest

@@ -1,20 +1,34 @@
-"""Helpers of the server tests: free ports, `buun` as a subprocess in a test's own folders,
-waiting on an instance's record, finding every process a test started, and chat requests."""
+"""The server tests' plumbing: a pytest plugin, and helpers the tests import.
+
+Helpers: `buun` as a subprocess in a test's own folders (`Buun`, `run_buun`), the test-only
+llama-server flags, waiting on an instance's record, finding every process a test started, chat
+requests. Fixtures: `buun` serves the tiny pair (`tiny_pair`, tests/support/fixtures_models.py) with
+the CPU build's llama-server and, even when the test fails, ends every process it started (each test
+has its own BUUN_STATE_DIR, every process buun starts inherits it, and a scan of the process table
+finds them all); `compat_args` fits the recipe's flags to an unpatched llama-server; `fake_bin` is a
+llama-server that is never run.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
+import pytest
 import requests
 
-ROOT = Path(__file__).resolve().parent.parent
+from buun_tool.base import command
+from buun_tool.formats import recipes
+from buun_tool.measure.bench_configs import UPSTREAM
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # Test-only llama-server flags. -nr: a -march=native CPU build on a VM whose CPU lists AMX but
 # whose hypervisor does not enable it dies with "Illegal instruction" at the first decode (seen on
@@ -123,3 +137,48 @@ def wait_record(read: Callable[[], dict], cond: Callable[[dict], bool], what: st
             pass
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting on {what}; last record: {json.dumps(last, indent=1)}")
+
+
+@pytest.fixture(scope="session")
+def compat_args(llama_bin: Path) -> list[str]:
+    """buun options that make the recipe's flags run on a llama-server without the compatibility
+    patch (pinned upstream): `buun bench`'s upstream set (bench_configs.UPSTREAM) as `buun serve`
+    arguments; empty with the patch: the recipe's flags are then used unchanged. The recipe flags
+    it touches are tried for real: `llama-server FLAG VALUE --help` fails on an unknown one."""
+    def accepted(flag: str, value: str | None) -> bool:
+        r = subprocess.run([str(llama_bin / "llama-server"), flag, *([value] if value else []), "--help"],
+                           capture_output=True, timeout=60)
+        return r.returncode == 0
+
+    base = command.recipe_flags(recipes.load().server_flags)
+    touched = {command.canonical(n) for (n, _), _ in UPSTREAM.respell} | {command.canonical(d) for d in UPSTREAM.drop}
+    if all(accepted(n, v) for n, v in base if command.canonical(n) in touched):
+        return []
+    sets, drops = UPSTREAM.serve_args(base)
+    return [f"--drop={d}" for d in drops] + ["--", *(t for n, v in sets for t in (n, *([v] if v else [])))]
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A stand-in llama-server (BUUN_LLAMA_BIN_DIR) for what needs only its path and never runs
+    it (`buun serve --print-cmd`, a bench configuration's argv)."""
+    d = tmp_path / "bin"
+    d.mkdir()
+    (d / "llama-server").write_text("#!/bin/sh\nexit 1\n")
+    monkeypatch.setenv("BUUN_LLAMA_BIN_DIR", str(d))
+    return d
+
+
+@pytest.fixture
+def buun(isolated_dirs: Path, tiny_pair: tuple[Path, Path], compat_args: list[str]) -> Iterator[Buun]:
+    b = Buun(isolated_dirs / "state", tiny_pair, compat_args)
+    try:
+        yield b
+    finally:
+        left = b.ours()
+        for p in left:  # a failed test may leave some: no test leaks processes into the next
+            try:
+                p.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                pass
+        psutil.wait_procs(left, timeout=5)

@@ -16,7 +16,7 @@ import pytest
 from buun_tool.base import paths
 from buun_tool.pipeline import build
 
-FOLDER = Path(__file__).resolve().parent.parent / ".pytest_cache" / "buun-build-upstream"
+FOLDER = Path(__file__).resolve().parents[2] / ".pytest_cache" / "buun-build-upstream"
 
 
 def build_upstream(folder: Path = FOLDER) -> Path:
@@ -45,5 +45,6 @@ def upstream_build_dir(llama_bin: Path) -> Path:
     return build_upstream()
 
 
-if __name__ == "__main__":  # warm the cache ahead of a test run: python -m tests.build_fixtures
+# warm the cache ahead of a test run: python -m tests.support.fixtures_upstream_build
+if __name__ == "__main__":
     print(build_upstream())

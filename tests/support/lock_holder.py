@@ -1,7 +1,7 @@
 """A process that holds buun's stage locks (buun_tool.locks), for the tests of a second command that
 waits for them (a pytest plugin: the `holders` fixture, and helpers to run `buun` beside it).
 
-    python -m tests.lock_holder vendor build:cpu models:DIR converter-env:DIR
+    python -m tests.support.lock_holder vendor build:cpu models:DIR converter-env:DIR
 
 holds those locks until its stdin closes (`vendor-shared`: the vendored tree as a build holds it),
 and prints `held` once it holds them all.
@@ -22,7 +22,7 @@ import pytest
 
 from buun_tool.base import locks
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def env() -> dict[str, str]:
@@ -68,7 +68,7 @@ def holders() -> Iterator[Callable[..., subprocess.Popen[str]]]:
     started: list[subprocess.Popen[str]] = []
 
     def start(*what: str) -> subprocess.Popen[str]:
-        proc = subprocess.Popen([sys.executable, "-m", "tests.lock_holder", *what], env=env(), text=True,
+        proc = subprocess.Popen([sys.executable, "-m", "tests.support.lock_holder", *what], env=env(), text=True,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         started.append(proc)
         assert proc.stdout is not None and proc.stdout.readline() == "held\n"

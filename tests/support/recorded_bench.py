@@ -12,11 +12,11 @@ from typer.testing import CliRunner
 from buun_tool.cli.app import app
 
 # copies of H100/H200 runs' bench.json (docs/results/h100-2026-11-27-pdl, -targets and h200-2026-11-26)
-DATA = Path(__file__).resolve().parent / "data" / "bench"
+DATA = Path(__file__).resolve().parents[1] / "data" / "bench"
 RECORDED = DATA / "recorded.json"  # format 1: before the report
 TWIN = DATA / "twin.json"  # the same configurations as RECORDED
 OTHER_CONFIGS = DATA / "other-configs.json"  # no AR row
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # the python of the tests with matplotlib made unimportable, as on a machine without the bench extra
 NO_MATPLOTLIB = [sys.executable, "-c", "import sys; sys.modules['matplotlib'] = None; "
                  "from buun_tool.cli.app import main; sys.argv[0] = 'buun'; main()"]
