@@ -21,7 +21,7 @@ from buun_tool.formats import recipes
 from buun_tool.measure import bench_configs
 from buun_tool.pipeline import build, doctor
 from buun_tool.plan import devices, fit, split
-from buun_tool.server import spec
+from buun_tool.server import settings, spec
 from tests.support.fake_gpus import RTX_3090, fake_build, write_nvidia_smi
 
 GIVEN = {"models_dir": Path("/m"), "model": Path("/m/t.gguf"), "draft": Path("/m/d.gguf")}
@@ -163,7 +163,7 @@ class TestServe:
         assert int(value(argv, "-c")) > 2 * fit.max_context(recipes.load(), fit.flags_from_recipe(recipes.load()),
                                                                24.0, weights=fit.default_weights(recipes.load(),
                                                                                                  Path("/m")))
-        assert spec.child_env(None, s.env)["CUDA_VISIBLE_DEVICES"] == "0,1"
+        assert settings.child_env(None, s.env)["CUDA_VISIBLE_DEVICES"] == "0,1"
         assert spec.LaunchSpec.from_json(json.loads(json.dumps(s.to_json()))) == s
 
     def test_the_drafter_on_another_card(self, two_cards: Path) -> None:

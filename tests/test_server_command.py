@@ -18,7 +18,7 @@ from buun_tool.base.command import canonical, merge, parse_args, recipe_flags
 from buun_tool.base.errors import NotReadyError, UsageError
 from buun_tool.cli.app import app
 from buun_tool.formats import layout, recipes
-from buun_tool.server import spec
+from buun_tool.server import settings, spec
 
 
 class TestCanonical:
@@ -139,9 +139,9 @@ class TestManagedAndSecrets:
     def test_child_env_carries_the_key_only_as_llama_api_key(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("BUUN_API_KEY", "k1")
         monkeypatch.setenv("LLAMA_API_KEY", "stale")
-        env = spec.child_env("k2")
+        env = settings.child_env("k2")
         assert env["LLAMA_API_KEY"] == "k2" and "BUUN_API_KEY" not in env
-        assert "LLAMA_API_KEY" not in spec.child_env(None)
+        assert "LLAMA_API_KEY" not in settings.child_env(None)
 
     def test_secret_values_on_our_own_command_line_are_found_in_any_spelling(self) -> None:
         args = [b"buun", b"serve", b"--api-key", b"k1", b"--", b"-c", b"8", b"--api_key=k2", b"-hft", b"t",
@@ -434,7 +434,7 @@ class TestRecipeSecrets:
         for text in (" ".join(s.argv), json.dumps(s.to_json())):
             assert self.KEY not in text and self.TOKEN not in text
         assert "--api-key" not in s.argv and "--hf-token" not in s.argv
-        env = spec.child_env(key)
+        env = settings.child_env(key)
         assert env["LLAMA_API_KEY"] == self.KEY and env["HF_TOKEN"] == self.TOKEN
 
     def test_command_line_key_replaces_the_recipe_key(self, fake_bin: Path) -> None:
@@ -778,3 +778,36 @@ class TestSlots:
     def test_start_resolves_the_slots(self, fake_bin: Path) -> None:
         s, _ = spec.resolve(None, **_GIVEN, slots=4)
         assert s.argv[s.argv.index("-np") + 1] == "4"
+
+
+class TestServerSettings:
+    """settings.py: the launch plan resolved once (typed as `plan`) and rendered once; serve's spec,
+    bench's configurations and fit --measure all render through ServerSettings.render."""
+
+    def test_the_plan_types_what_the_flags_say(self, fake_bin: Path) -> None:
+        s, _ = spec.resolve(None, **_GIVEN, extra=["-c", "8192", "-ctk", "q8_0"], slots=2)
+        plan = s.settings.plan
+        assert (plan.ctx, plan.n_parallel, plan.cache_type_k, plan.cache_type_v) == (8192, 2, "q8_0", "q8_0")
+        assert plan.spec and plan.ubatch >= 2 * (min(plan.draft_max, 15) + 1) and plan.batch >= plan.ubatch
+        tree, _ = spec.resolve(None, **_GIVEN, tree_budget=22)
+        assert tree.settings.plan.tree_budget == 22 and tree.settings.plan.tree
+
+    def test_a_server_without_a_drafter_plans_no_draft(self) -> None:
+        plain = settings.ServerSettings([("-c", "4096"), ("-np", "3")])
+        assert plain.plan.draft_max == 0 and not plain.plan.spec and plain.plan.n_parallel == 3
+
+    def test_spec_renders_through_the_settings(self, fake_bin: Path) -> None:
+        s, _ = spec.resolve(None, **_GIVEN, gpus=None)
+        launch = s.launch()
+        assert launch.argv == s.argv == s.settings.render(s.binary, s.target, s.draft, s.host, s.port,
+                                                          alias=s.recipe).argv
+        assert launch.argv[:5] == [s.binary, "-m", s.target, "-md", s.draft]
+        assert launch.argv[-5:] == ["--host", s.host, "--port", str(s.port), "--metrics"]
+        key = "zz-key-zz"
+        assert launch.environ(key)["LLAMA_API_KEY"] == key and key not in launch.display(key)
+
+    def test_a_render_without_a_drafter_has_no_md(self) -> None:
+        launch = settings.ServerSettings([("-c", "64")], env={"CUDA_VISIBLE_DEVICES": "1"}).render(
+            "/b/llama-server", "/m/t.gguf", None, "127.0.0.1", 9000)
+        assert "-md" not in launch.argv and launch.env == {"CUDA_VISIBLE_DEVICES": "1"}
+        assert launch.display().startswith("CUDA_VISIBLE_DEVICES=1 /b/llama-server -m /m/t.gguf -c 64")

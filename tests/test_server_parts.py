@@ -116,12 +116,12 @@ class TestSlotStates:
         from buun_tool.server.health import slot_state
 
         busy = slot_state(self.BUSY)
-        assert busy["busy"] and busy["acceptance_rate"] == pytest.approx(0.71)
-        assert busy["mean_acceptance_length"] == pytest.approx(1 + 213 / 30)
+        assert busy.busy and busy.acceptance_rate == pytest.approx(0.71)
+        assert busy.mean_acceptance_length == pytest.approx(1 + 213 / 30)
         idle = slot_state(self.IDLE)
-        assert not idle["busy"] and idle["acceptance_rate"] is None and idle["generated"] == 64
-        assert slot_state(self.UNUSED)["task"] is None
-        assert slot_state(self.UPSTREAM)["generated"] is None and slot_state(self.UPSTREAM)["drafted"] == 0
+        assert not idle.busy and idle.acceptance_rate is None and idle.generated == 64
+        assert slot_state(self.UNUSED).task is None
+        assert slot_state(self.UPSTREAM).generated is None and slot_state(self.UPSTREAM).drafted == 0
 
     def test_fields_that_are_not_figures(self) -> None:
         """Before: a `timings` list, a string or NaN count was an AttributeError or ValueError
@@ -130,11 +130,11 @@ class TestSlotStates:
         from buun_tool.server.health import slot_state
 
         odd = slot_state({"id": 0, "is_processing": True, "id_task": 3, "n_prompt_tokens": "many", "timings": [1]})
-        assert (odd["task"], odd["context_tokens"], odd["generated"], odd["drafted"]) == (3, None, None, 0)
+        assert (odd.task, odd.context_tokens, odd.generated, odd.drafted) == (3, None, None, 0)
         timings = {"predicted_n": float("nan"), "predicted_per_second": "fast", "draft_n": "x",
                    "draft_n_accepted": 10**400, "draft_n_steps": -2}
         bad = slot_state({"id": 1, "id_task": 4, "timings": timings})
-        assert (bad["generated"], bad["tokens_per_second"], bad["drafted"], bad["accepted"]) == (None, None, 0, 0)
+        assert (bad.generated, bad.tokens_per_second, bad.drafted, bad.accepted) == (None, None, 0, 0)
         assert _slot_line(odd) == "busy: task 3" and _slot_line(bad) == "idle, last: task 4"
 
     def test_a_summary_of_odd_json(self) -> None:
@@ -145,7 +145,9 @@ class TestSlotStates:
         with serve(status(404), slots=status(501), props=props) as url:
             probe = Probe(url)
             try:
-                assert slots_summary(probe) == {"total": 2, "busy": None, "n_ctx": None, "source": "/props"}
+                summary = slots_summary(probe)
+                assert summary is not None and summary.per_slot is None
+                assert summary.to_json() == {"total": 2, "busy": None, "n_ctx": None, "source": "/props"}
             finally:
                 probe.close()
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import requests
 
-from buun_tool.base import command, console, nvidia
+from buun_tool.base import console, nvidia
 from buun_tool.base.errors import BuunError, Exit, UsageError
 from buun_tool.formats import layout
 from buun_tool.formats.recipes import Recipe
@@ -201,7 +201,7 @@ def summary(spec: spec_mod.LaunchSpec, result: Smoke, has_key: bool = False) -> 
         f"  target       {spec.target}",
         f"  drafter      {spec.draft}",
         f"  smoke test   {result.tokens} tokens at {result.tok_per_s:.1f} tok/s, {acc}",
-        f"  command      {command.display(spec.argv, env=spec.env)}",
+        f"  command      {spec.launch().display()}",
         "",
         "  curl:",
         f"    curl {spec.url}/v1/chat/completions -H 'Content-Type: application/json' \\"
@@ -288,7 +288,7 @@ def plan(ctx: Context) -> list[PlanRow]:
     rows: list[PlanRow] = []
     for stage in STAGES:
         if stage.name == "serve":
-            rows.append(_serve_row(ctx, stage, spec.argv, command.display(spec.argv, key, spec.env)))
+            rows.append(_serve_row(ctx, stage, spec.argv, spec.launch().display(key)))
         elif stage.status is None:
             rows.append(PlanRow(stage.name, "check", stage.what + (" (CPU: no CUDA needed)" if ctx.cpu else "")))
         else:

@@ -25,6 +25,7 @@ from buun_tool.base.errors import UsageError
 from buun_tool.cli.options import ModelsDirOpt, RecipeArg, recipe_and_server_flags
 from buun_tool.plan import devices
 from buun_tool.server import spec as spec_mod
+from buun_tool.server.settings import API_KEY_ENV
 
 SUPERVISION = "Supervision"
 
@@ -40,7 +41,7 @@ NoKeyOpt = Annotated[bool, typer.Option(
     "can use the server.")]
 PortOpt = Annotated[int, typer.Option("--port", help="Port to listen on.")]
 ApiKeyOpt = Annotated[str | None, typer.Option(
-    "--api-key", envvar=spec_mod.API_KEY_ENV, show_envvar=True, show_default=False,
+    "--api-key", envvar=API_KEY_ENV, show_envvar=True, show_default=False,
     help="API key clients must send; handed to llama-server via LLAMA_API_KEY, never stored or shown.")]
 TreeBudgetOpt = Annotated[int | None, typer.Option(
     "--tree-budget", metavar="N", show_default=False,
@@ -101,8 +102,8 @@ class LaunchOptions:
     port: int
     no_api_key: bool
     drops: list[str]
-    tree_budget: int | None  # --tree-budget: replaces the recipe's server.tree.budget (spec.with_tree)
-    slots: int | None  # --slots: replaces the recipe's server.slots (spec.with_slots)
+    tree_budget: int | None  # --tree-budget: replaces the recipe's server.tree.budget (settings.with_tree)
+    slots: int | None  # --slots: replaces the recipe's server.slots (settings.with_slots)
     gpus: tuple[int, ...] | None  # --gpus: replaces the recipe's server.gpus (server/devices.py)
     draft_gpu: int | None  # --draft-gpu
     rpc: str | None  # --rpc: the RPC workers (spec.with_workers)

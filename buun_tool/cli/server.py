@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -43,7 +43,9 @@ from buun_tool.pipeline import build
 from buun_tool.plan import devices
 from buun_tool.server import control, service
 from buun_tool.server import spec as spec_mod
+from buun_tool.server.health import SlotRow
 from buun_tool.server.instance import Instance, all_instances
+from buun_tool.server.settings import API_KEY_ENV
 from buun_tool.server.state import State
 
 _EXTRA = {"allow_extra_args": True}
@@ -82,7 +84,7 @@ def serve(
     `--drop FLAG` leaves a recipe flag out."""
     spec, key = opts.resolve(api_key, need_models=not print_cmd)
     if print_cmd:  # also before the models exist: the command shows the paths they will have
-        console.out.print(command.display(spec.argv, key, spec.env), markup=False)
+        console.out.print(spec.launch().display(key), markup=False)
         for problem in spec.missing_files():
             console.warn(f"{problem.message}; {problem.hint}")
         return
@@ -191,20 +193,19 @@ def _print_status(st: control.InstanceStatus) -> None:
             + (f"; the supervisor relaunches it at {allowed})" if allowed else ")"))
     slots = probes.slots if probes else None
     if slots:
-        row("slots", slots.get("error") or f"{slots.get('total')} total"
-            + (f", {slots['busy']} busy" if slots.get("busy") is not None else "")
-            + (f", context {slots['n_ctx']} each" if slots.get("n_ctx") else ""))
-        for s in slots.get("per_slot") or []:
-            row(f"  slot {s['id']}", _slot_line(s))
-    fl = probes.dflash if probes else None
-    if fl:
-        if fl.get("error"):
-            row("DFlash", fl["error"])
-        else:
-            rate = f"{fl['acceptance_rate']:.1%}" if fl.get("acceptance_rate") is not None else "-"
-            al = f"{fl['mean_acceptance_length']:.2f}" if fl.get("mean_acceptance_length") is not None else "-"
-            row("DFlash", f"{fl['drafts']} drafts, {fl['drafted']} tokens drafted, {fl['accepted']} accepted "
-                f"({rate}); mean acceptance length {al}")
+        row("slots", slots.error or f"{slots.total} total"
+            + (f", {slots.busy} busy" if slots.busy is not None else "")
+            + (f", context {slots.n_ctx} each" if slots.n_ctx else ""))
+        for s in slots.per_slot or ():
+            row(f"  slot {s.id}", _slot_line(s))
+    if probes and probes.dflash_error:
+        row("DFlash", probes.dflash_error)
+    elif probes and probes.dflash:
+        fl = probes.dflash
+        rate = f"{fl.acceptance_rate:.1%}" if fl.acceptance_rate is not None else "-"
+        al = f"{fl.mean_acceptance_length:.2f}" if fl.mean_acceptance_length is not None else "-"
+        row("DFlash", f"{fl.drafts} drafts, {fl.drafted} tokens drafted, {fl.accepted} accepted "
+            f"({rate}); mean acceptance length {al}")
     gpu = probes.gpu if probes else None
     if gpu:
         used = ", ".join(f"GPU{g['index']} {g['used_mib']}/{g['total_mib']} MiB" for g in gpu.get("gpus", []))
@@ -228,27 +229,27 @@ def _print_rpc_placement(st: control.InstanceStatus) -> None:
         row("drafter", f"on {dev}" + (f" ({where[dev]})" if dev in where else "")
             + (f": {st.rpc_placement['why']}" if st.rpc_placement.get("why") else ""))
     for w in st.workers or []:
-        state = w["connection"] or "(llama-server is not running)"
-        if w["lost"]:
-            since = time.strftime("%H:%M:%S", time.localtime(w["lost_since"])) if w["lost_since"] else "?"
-            state = f"LOST since {since} ({w['lost']}): {w['next_step']}"
-        row("worker", f"{w['address']} ({', '.join(w['devices']) or '?'}): {state}")
+        state = w.connection or "(llama-server is not running)"
+        if w.lost:
+            since = time.strftime("%H:%M:%S", time.localtime(w.lost_since)) if w.lost_since else "?"
+            state = f"LOST since {since} ({w.lost}): {w.next_step}"
+        row("worker", f"{w.address} ({', '.join(w.devices) or '?'}): {state}")
 
 
-def _slot_line(s: dict[str, Any]) -> str:
+def _slot_line(s: SlotRow) -> str:
     """`busy: task 12, 1840 tokens in context, 230 generated at 41.2 tok/s, 71% of drafts accepted (AL 7.4)`."""
-    if s.get("task") is None:
+    if s.task is None:
         return "idle, unused"
-    state = "busy" if s["busy"] else "idle, last"
-    parts = [f"{state}: task {s['task']}"]
-    if s.get("context_tokens") is not None:
-        parts.append(f"{s['context_tokens']} tokens in context")
-    if s.get("generated") is not None:
-        speed = f" at {s['tokens_per_second']:.1f} tok/s" if s.get("tokens_per_second") else ""
-        parts.append(f"{s['generated']} generated{speed}")
-    if s.get("acceptance_rate") is not None:
-        al = f" (AL {s['mean_acceptance_length']:.2f})" if s.get("mean_acceptance_length") else ""
-        parts.append(f"{s['acceptance_rate']:.0%} of {s['drafted']} drafted accepted{al}")
+    state = "busy" if s.busy else "idle, last"
+    parts = [f"{state}: task {s.task}"]
+    if s.context_tokens is not None:
+        parts.append(f"{s.context_tokens} tokens in context")
+    if s.generated is not None:
+        speed = f" at {s.tokens_per_second:.1f} tok/s" if s.tokens_per_second else ""
+        parts.append(f"{s.generated} generated{speed}")
+    if s.acceptance_rate is not None:
+        al = f" (AL {s.mean_acceptance_length:.2f})" if s.mean_acceptance_length else ""
+        parts.append(f"{s.acceptance_rate:.0%} of {s.drafted} drafted accepted{al}")
     return ", ".join(parts)
 
 
@@ -280,8 +281,8 @@ def service_install(
     if in_args:
         raise UsageError(f"{', '.join(in_args)} after `--` cannot reach the unit: it keeps no secret",
                          "put an API key in a file (mode 600) and pass `-- --api-key-file FILE`")
-    if os.environ.get(spec_mod.API_KEY_ENV):
-        console.warn(f"the unit does not get {spec_mod.API_KEY_ENV}; for an API key pass `-- --api-key-file FILE`")
+    if os.environ.get(API_KEY_ENV):
+        console.warn(f"the unit does not get {API_KEY_ENV}; for an API key pass `-- --api-key-file FILE`")
     spec, key = opts.resolve()
     if key:  # the recipe's --api-key: the unit would serve without it (or, beyond loopback, never start)
         raise UsageError(f"the recipe {spec.recipe_source} sets --api-key, which cannot reach the unit: "

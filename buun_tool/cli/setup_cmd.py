@@ -20,6 +20,7 @@ from buun_tool.cli.options import ModelsDirOpt, RecipeArg, recipe_and_server_fla
 from buun_tool.formats import recipes
 from buun_tool.pipeline import doctor
 from buun_tool.server import spec as spec_mod
+from buun_tool.server.settings import API_KEY_ENV
 
 _STYLE = {"skip": "green", "run": "yellow", "check": "cyan"}
 
@@ -35,7 +36,7 @@ def setup(
     host: Annotated[str, typer.Option("--host", help="Address the server binds.")] = spec_mod.DEFAULT_HOST,
     port: Annotated[int, typer.Option("--port", help="Port of the server.")] = spec_mod.DEFAULT_PORT,
     api_key: Annotated[str | None, typer.Option("--api-key", help="Require this key from clients.",
-                                                envvar=spec_mod.API_KEY_ENV, show_envvar=False)] = None,
+                                                envvar=API_KEY_ENV, show_envvar=False)] = None,
     no_api_key: Annotated[bool, typer.Option("--no-api-key", help="Serve beyond loopback without an API key, "
                                              "on purpose (else refused).")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Name each patch the patch stage applies.")

@@ -1,13 +1,12 @@
 """The llama-server configurations `buun bench` measures, as data: the recipe's own server flags
 (what `buun serve` runs) changed by named overrides, the same way `buun serve -- FLAGS --drop FLAG`
-changes them, and built into an argv by the same code (server.spec.launch_flags,
-server.command.server_argv).
+changes them, and resolved and rendered by the same code (server.settings).
 
     configs(ar=True, synthetic_al=[1.0, 7.67])   -> [ar, dflash-al1, dflash-al7.67]
     tree_configs([0, 8], recipe, common, models_dir) -> [dflash-tree0, dflash-tree8]   (--tree-budget)
     concurrency_configs([4], configs, ctx)           -> [ar-c4, dflash-c4]   (--concurrency: 4 requests at once)
     against_upstream(configs)                    -> each, then its twin on upstream's build (none for a tree)
-    argv(recipe, cfg, Models(...), binary, port, common, models_dir) -> the exact llama-server command
+    launch(recipe, cfg, Models(...), binary, port, common, models_dir) -> the exact llama-server argv and env
 
 A configuration is a name, a label, whether it runs the drafter, and its Overrides; a sweep adds
 configurations by making more of them. Overrides apply in order: the bench command line's to
@@ -31,7 +30,8 @@ from buun_tool.base.errors import UsageError
 from buun_tool.formats import recipes
 from buun_tool.measure import treeprofile
 from buun_tool.plan import devices
-from buun_tool.server import addresses, spec
+from buun_tool.server import addresses, settings, spec
+from buun_tool.server.settings import Launch, ServerSettings
 
 # Options that only a server with a drafter takes (canonical spellings): AR leaves them out.
 DRAFT_OPTIONS = ("--spec-type", "-cd", "-ngld", "--draft-max", "--draft-min", "--draft-p-min", "-ctkd", "-ctvd",
@@ -152,7 +152,7 @@ def draft_length(recipe: recipes.Recipe, overrides: Overrides, models_dir: Path)
     """The DFlash servers' draft length: their --draft-max, which llama-server clamps to the
     drafter's block less one."""
     most = recipe.geometry_at("full").drafter.block_size - 1
-    given = command.option(dict(flags(recipe, DFLASH, overrides, models_dir).flags), "--draft-max")
+    given = command.option(dict(settings_of(recipe, DFLASH, overrides, models_dir).flags), "--draft-max")
     return min(int(given), most) if command.is_count(str(given)) else most
 
 
@@ -171,11 +171,11 @@ def tree_configs(budgets: Sequence[int], recipe: recipes.Recipe, overrides: Over
                  models_dir: Path, synthetic: bool = True) -> list[ServerConfig]:
     """One DFlash server per budget of the sweep (`tree`) at the servers' draft length
     (`draft_length`), each resolved here, so that a tree the servers' ubatch cannot hold is refused
-    before any server runs (spec.with_tree)."""
+    before any server runs (settings.with_tree)."""
     n_max = draft_length(recipe, overrides, models_dir)
     out = [tree(b, n_max, synthetic) for b in budgets]
     for cfg in out:
-        flags(recipe, cfg, overrides, models_dir)
+        settings_of(recipe, cfg, overrides, models_dir)
     return out
 
 
@@ -188,7 +188,7 @@ def configs(ar: bool, synthetic_al: list[float] | None, trees: Sequence[ServerCo
 
 def at_once(cfg: ServerConfig, n: int, ctx: int = DEFAULT_CTX) -> ServerConfig:
     """`cfg` on a server of n slots fed n requests at once: -np n and -c n times `ctx`, the context
-    one request has alone (spec.with_slots raises -ub to hold every slot's verify, as `buun serve
+    one request has alone (settings.with_slots raises -ub to hold every slot's verify, as `buun serve
     --slots` does)."""
     sets = (("-np", str(n)), ("-c", str(ctx * n)))
     return replace(cfg, name=f"{cfg.name}-c{n}", label=f"{cfg.label}, {n} at once",
@@ -262,28 +262,34 @@ class Workers:
     draft_device: str | None
 
 
-def argv(recipe: recipes.Recipe, cfg: ServerConfig, models: Models, binary: Path, port: int,
-         overrides: Overrides, models_dir: Path, where: devices.Placement | None = None,
-         workers: Workers | None = None) -> list[str]:
-    """The exact command of one configuration: `buun serve`'s for the recipe with `overrides`
-    then the configuration's own (an AR server without -md). Secrets the recipe gives (an API
-    key) are left out: the server is the bench's own, on loopback."""
-    resolved = flags(recipe, cfg, overrides, models_dir, where, workers)
+def launch(recipe: recipes.Recipe, cfg: ServerConfig, models: Models, binary: Path, port: int,
+           overrides: Overrides, models_dir: Path, where: devices.Placement | None = None,
+           workers: Workers | None = None) -> Launch:
+    """The exact launch of one configuration: `buun serve`'s for the recipe with `overrides`
+    then the configuration's own (an AR server without -md), rendered as serve renders it. Secrets
+    the recipe gives (an API key) are left out: the server is the bench's own, on loopback."""
+    resolved = settings_of(recipe, cfg, overrides, models_dir, where, workers)
     if cfg.spec and models.drafter is None:
         raise UsageError(f"the {cfg.label} configuration needs a drafter GGUF", "pass --drafter D.gguf")
     target, drafter = (str(Path(m).expanduser().resolve()) if m else None for m in (models.target, models.drafter))
     assert target is not None
-    return command.server_argv(str(binary), target, drafter if cfg.spec else None, spec.DEFAULT_HOST, port,
-                               resolved.flags, alias=recipe.name)
+    return resolved.render(binary, target, drafter if cfg.spec else None, spec.DEFAULT_HOST, port, alias=recipe.name)
 
 
-def flags(recipe: recipes.Recipe, cfg: ServerConfig, overrides: Overrides, models_dir: Path,
-          where: devices.Placement | None = None, workers: Workers | None = None) -> spec.Flags:
-    """The llama-server flags of one configuration, as `buun serve` resolves them (spec.launch_flags),
+def argv(recipe: recipes.Recipe, cfg: ServerConfig, models: Models, binary: Path, port: int,
+         overrides: Overrides, models_dir: Path, where: devices.Placement | None = None,
+         workers: Workers | None = None) -> list[str]:
+    """launch's argv alone."""
+    return launch(recipe, cfg, models, binary, port, overrides, models_dir, where, workers).argv
+
+
+def settings_of(recipe: recipes.Recipe, cfg: ServerConfig, overrides: Overrides, models_dir: Path,
+                where: devices.Placement | None = None, workers: Workers | None = None) -> ServerSettings:
+    """The llama-server settings of one configuration, as `buun serve` resolves them (settings.resolve),
     split over the cards `where` names or over the RPC `workers` as serve splits them."""
     sets, drops = overrides.then(cfg.overrides).serve_args(command.recipe_flags(recipe.server_flags))
-    resolved = spec.launch_flags(recipe, sets, drops, "the bench's overrides", models_dir, where=where,
-                                 workers=list(workers.endpoints) if workers else None)
+    resolved = settings.resolve(recipe, sets, drops, "the bench's overrides", models_dir, where=where,
+                                workers=list(workers.endpoints) if workers else None)
     if workers is None or not cfg.spec:
         return resolved
-    return replace(resolved, flags=spec.with_draft_device(resolved.flags, workers.draft_device))
+    return resolved.with_flags(settings.with_draft_device(resolved.flags, workers.draft_device))

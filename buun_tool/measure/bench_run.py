@@ -188,9 +188,9 @@ def _run_config(cfg: ServerConfig, binary: Path, suites: dict[str, list[Prompt]]
     if opts.target is None:
         raise UsageError("no target model to benchmark", "pass --target, or use the synthetic pair")
     recipe = opts.recipe or recipes.load()
-    argv = bench_configs.argv(recipe, cfg, bench_configs.Models(opts.target, opts.drafter), binary,
-                              process.free_port(), opts.overrides, opts.models_dir, opts.where, opts.workers)
-    env = opts.where.env if opts.where else {}
+    launch = bench_configs.launch(recipe, cfg, bench_configs.Models(opts.target, opts.drafter), binary,
+                                  process.free_port(), opts.overrides, opts.models_dir, opts.where, opts.workers)
+    argv, env = launch.argv, launch.env
     console.step(f"{cfg.label}: {shlex.join([*(f'{k}={v}' for k, v in env.items()), *argv])}")
     groups: list[Group] = []
     with nvidia.MemorySampler() as mem:

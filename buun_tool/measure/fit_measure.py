@@ -18,6 +18,7 @@ from buun_tool.pipeline import build, patches
 from buun_tool.plan.fit import FitFlags
 from buun_tool.server import process
 from buun_tool.server.local import LocalServer
+from buun_tool.server.settings import ServerSettings
 
 _BUFFER = re.compile(r"\s(\S+)\s+(model|KV|RS|compute|output) buffer size =\s*([\d.]+) MiB")
 # patch 0014's capture of the target's layers for the drafter, in a buffer of its own
@@ -144,11 +145,13 @@ def measure(recipe: Recipe, flags: FitFlags, models_dir: Path, log_dir: Path, sc
         console.warn("this llama-server has no -cd: the drafter is measured at the target's context")
         flags = replace(flags, draft_ctx=None)
     target, drafter = synth.write_pair(recipe, models_dir, scale=scale)
-    argv = command.server_argv(str(binary), str(target), str(drafter) if flags.spec else None, "127.0.0.1",
-                               process.free_port(), [*measure_flags(flags, cpu_only=not on_gpu), *(extra or [])])
+    plan = ServerSettings([*measure_flags(flags, cpu_only=not on_gpu), *(extra or [])],
+                          env={patches.ROLLBACK_ENV: flags.rollback, **(env or {})})
+    launch = plan.render(binary, target, drafter if flags.spec else None, "127.0.0.1", process.free_port())
+    argv = launch.argv
     log = log_dir / f"fit-measure-{scale}.log"
     before = nvidia.used_by_card() if on_gpu else None
-    with LocalServer(argv, log, load_timeout, env={patches.ROLLBACK_ENV: flags.rollback, **(env or {})}):
+    with LocalServer(argv, log, load_timeout, env=launch.env):
         after = nvidia.used_by_card() if on_gpu else None
     text = log.read_text(errors="replace")
     sections = parse_buffers(text)

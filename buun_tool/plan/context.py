@@ -56,7 +56,7 @@ def choose_context(recipe: Recipe, flags: Mapping[str, Any], from_command_line: 
     if command.option(flags, "--rpc"):  # the layers go to other machines, whose memory buun does not weigh
         return ContextChoice(default, f"RPC workers hold the model, and `buun fit` weighs one local GPU: buun's "
                              f"default{each}; pass `-- -c N` for more")
-    if cpu_build:  # the cache would be in host memory, sized for the card's (its -ngl is 0: spec.launch_flags)
+    if cpu_build:  # the cache would be in host memory, sized for the card's (its -ngl is 0: settings.resolve)
         return ContextChoice(default, f"a CPU build of llama.cpp, nothing on a GPU: buun's default{each}; "
                              "`buun build --cuda` builds for the card")
     ngl = str(command.option(flags, "-ngl", "99"))

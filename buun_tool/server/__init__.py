@@ -1,6 +1,7 @@
 """Running llama-server with DFlash and keeping it running (the server layer: docs/design.md).
 
-    spec.py        one launch: recipe, models, argv, supervision policy; saved for restart
+    settings.py    the launch plan: a recipe's server settings resolved once, rendered to argv + env
+    spec.py        one launch: recipe, models, address, settings, supervision policy; saved for restart
     state.py       the state enum and the record every instance writes
     instance.py    per-instance folder: lock, state file, stale-PID detection
     process.py     spawning in its own group with a death signal, its output, killing groups, ports
@@ -18,5 +19,5 @@
     worker.py      an RPC worker, supervised
     service.py     the systemd user unit
 
-llama-server's argv and flag vocabulary are base/command.py; the cards are base/nvidia.py.
+llama-server's flag vocabulary is base/command.py; the cards are base/nvidia.py.
 """

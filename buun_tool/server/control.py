@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,11 @@ from buun_tool.base import nvidia
 from buun_tool.base.errors import BuunError, Exit, UsageError
 from buun_tool.base.fsutil import open_private
 from buun_tool.server import addresses, logfile, metrics, process, rpc
-from buun_tool.server.health import Probe, slots_summary
+from buun_tool.server.health import NEEDS_KEY, Probe, SlotsRow, slots_summary
 from buun_tool.server.instance import Instance, all_instances, live, pick
-from buun_tool.server.spec import API_KEY_ENV, LaunchSpec, check_exposure, with_models_dir
+from buun_tool.server.metrics import DFlashStats
+from buun_tool.server.settings import API_KEY_ENV
+from buun_tool.server.spec import LaunchSpec, check_exposure, with_models_dir
 from buun_tool.server.state import Record, State
 from buun_tool.server.supervise import Listener, Supervisor
 
@@ -296,10 +298,17 @@ class Probes:
     """What the running server answered, each probe at once with a short timeout."""
 
     health: str | None
-    slots: dict[str, Any] | None  # health.slots_summary
-    dflash: dict[str, Any] | None  # metrics.DflashStats, or {"error": ...}
+    slots: SlotsRow | None
+    dflash: DFlashStats | None
     gpu: dict[str, Any] | None  # nvidia.memory_for
     timeout_s: float = STATUS_PROBE_TIMEOUT_S
+    dflash_error: str | None = None  # why /metrics gave no figures (the API key)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"health": self.health, "slots": self.slots.to_json() if self.slots else None,
+                "dflash": {"error": self.dflash_error} if self.dflash_error
+                else self.dflash.to_json() if self.dflash else None,
+                "gpu": self.gpu, "probe_timeout_s": self.timeout_s}
 
 
 @dataclass
@@ -322,7 +331,7 @@ class InstanceStatus:
     placement: dict[str, Any] | None = None  # --gpus: the cards and the split (devices.with_split)
     health_failures_allowed: int | None = None
     probes: Probes | None = None  # a live server only
-    workers: list[dict[str, Any]] | None = None  # RPC workers (workers_of)
+    workers: list[WorkerRow] | None = None  # RPC workers (workers_of)
     rpc_placement: dict[str, Any] | None = None  # with workers: the devices in order and the drafter's
 
     def to_json(self) -> dict[str, Any]:
@@ -333,11 +342,11 @@ class InstanceStatus:
                    supervisor_uptime_s=self.supervisor_uptime_s, endpoint=self.endpoint,
                    model_files={"target": self.record.target, "draft": self.record.draft} if self.record else None,
                    context=self.context, placement=self.placement,
-                   health_failures_allowed=self.health_failures_allowed, workers=self.workers,
+                   health_failures_allowed=self.health_failures_allowed,
+                   workers=[w.to_json() for w in self.workers] if self.workers is not None else None,
                    rpc_placement=self.rpc_placement)
         if self.probes:
-            out.update(health=self.probes.health, slots=self.probes.slots, dflash=self.probes.dflash,
-                       gpu=self.probes.gpu, probe_timeout_s=self.probes.timeout_s)
+            out.update(self.probes.to_json())
         return out
 
 
@@ -420,7 +429,22 @@ def _clock(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
 
 
-def workers_of(spec: dict[str, Any], r: Record, server_pid: int | None) -> list[dict[str, Any]] | None:
+@dataclass(frozen=True)
+class WorkerRow:
+    """One RPC worker of the launch, as `buun status` shows it."""
+
+    address: str
+    devices: list[str]  # its devices in llama-server's order (RPC0, ...)
+    connection: str | None  # llama-server's connection to it, from its sockets; None: no server
+    lost: str | None  # why the supervisor found it lost
+    lost_since: float | None
+    next_step: str | None  # what to do about a lost worker
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def workers_of(spec: dict[str, Any], r: Record, server_pid: int | None) -> list[WorkerRow] | None:
     """Each RPC worker of the launch: its address, its devices, llama-server's connection to it (read
     from llama-server's sockets: a probe would queue behind it, rpc.py) and, when the supervisor found
     it lost, why and since when."""
@@ -428,10 +452,9 @@ def workers_of(spec: dict[str, Any], r: Record, server_pid: int | None) -> list[
     if not workers:
         return None
     states = rpc.connections(server_pid, addresses.parse(addresses.join(workers))) if server_pid else {}
-    return [{"address": w, "devices": [d["name"] for d in spec.get("rpc_devices") or [] if d.get("where") == w],
-             "connection": states.get(w), "lost": r.lost_workers.get(w),
-             "lost_since": r.lost_since if w in r.lost_workers else None,
-             "next_step": addresses.next_step(w) if w in r.lost_workers else None} for w in workers]
+    return [WorkerRow(w, [d["name"] for d in spec.get("rpc_devices") or [] if d.get("where") == w],
+                      states.get(w), r.lost_workers.get(w), r.lost_since if w in r.lost_workers else None,
+                      addresses.next_step(w) if w in r.lost_workers else None) for w in workers]
 
 
 def rpc_placement_of(spec: dict[str, Any]) -> dict[str, Any] | None:
@@ -459,10 +482,8 @@ def _probe_all(url: str, api_key: str | None, pid: int) -> Probes:
         gpu_mem = pool.submit(nvidia.memory_for, pid, STATUS_PROBE_TIMEOUT_S * 2)
         code, text = metrics_text.result()
         stats = metrics.dflash_stats(metrics.parse(text)) if code == 200 else None
-        return Probes(health.result(), slots.result(),
-                      {"error": "needs the API key (--api-key or BUUN_API_KEY)"} if code == 401
-                      else stats.to_json() if stats else None,
-                      gpu_mem.result())
+        return Probes(health.result(), slots.result(), stats, gpu_mem.result(),
+                      dflash_error=NEEDS_KEY if code == 401 else None)
 
 
 def resolve_name(name: str | None) -> Instance:

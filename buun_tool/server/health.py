@@ -11,7 +11,7 @@ import json
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 import requests
@@ -175,45 +175,86 @@ class Probe:
         return status, body.decode("utf-8", errors="replace")
 
 
-def slots_summary(probe: Probe) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class SlotRow:
+    """One slot of /slots, as `buun status` shows it: busy or idle, the tokens in its context, and
+    its request's figures (the running request's, an idle slot's last)."""
+
+    id: int | None
+    busy: bool
+    task: int | None  # None: the slot never ran a request
+    context_tokens: int | None
+    generated: int | None
+    tokens_per_second: float | None
+    drafted: int
+    accepted: int
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SlotsRow:
+    """The server's slots: from /slots when it is enabled (each one's too, `per_slot`), else the
+    total from /props (`per_slot` None); or why neither answered (`error`)."""
+
+    total: int | None = None
+    busy: int | None = None
+    n_ctx: int | None = None
+    source: str | None = None  # "/slots" or "/props"
+    per_slot: tuple[SlotRow, ...] | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """`buun status --json`'s `slots`."""
+        if self.error:
+            return {"error": self.error}
+        out: dict[str, Any] = {"total": self.total, "busy": self.busy, "n_ctx": self.n_ctx, "source": self.source}
+        if self.per_slot is not None:
+            out["per_slot"] = [row.to_json() for row in self.per_slot]
+        return out
+
+
+NEEDS_KEY = "needs the API key (--api-key or BUUN_API_KEY)"
+
+
+def slots_summary(probe: Probe) -> SlotsRow | None:
     """Slots from /slots when it is enabled (each one's too), else the total from /props."""
     status, body = probe.get_json("/slots")
     if status == 200 and isinstance(body, list):
-        return {
-            "total": len(body),
-            "busy": sum(1 for s in body if isinstance(s, dict) and s.get("is_processing")),
-            "n_ctx": next((s.get("n_ctx") for s in body if isinstance(s, dict) and s.get("n_ctx")), None),
-            "source": "/slots",
-            "per_slot": [slot_state(s) for s in body if isinstance(s, dict)],
-        }
+        slots = [s for s in body if isinstance(s, dict)]
+        return SlotsRow(total=len(body), busy=sum(1 for s in slots if s.get("is_processing")),
+                        n_ctx=next((s.get("n_ctx") for s in slots if s.get("n_ctx")), None), source="/slots",
+                        per_slot=tuple(slot_state(s) for s in slots))
     if status == 401:
-        return {"error": "needs the API key (--api-key or BUUN_API_KEY)"}
+        return SlotsRow(error=NEEDS_KEY)
     status, props = probe.get_json("/props")
     if status == 200 and isinstance(props, dict):
         gen = props.get("default_generation_settings")
         n_ctx = gen.get("n_ctx") if isinstance(gen, dict) else None
-        return {"total": props.get("total_slots"), "busy": None, "n_ctx": n_ctx, "source": "/props"}
+        return SlotsRow(total=props.get("total_slots"), n_ctx=n_ctx, source="/props")
     if status == 401:
-        return {"error": "needs the API key (--api-key or BUUN_API_KEY)"}
+        return SlotsRow(error=NEEDS_KEY)
     return None
 
 
-def slot_state(slot: dict[str, Any]) -> dict[str, Any]:
-    """One slot of /slots: busy or idle, the tokens in its context, and its request's figures (the
-    running request's, an idle slot's last; `timings` is buun's patch 0026, absent upstream, when
-    they stay None). With several slots /metrics sums them all: this is each user's own."""
+def slot_state(slot: dict[str, Any]) -> SlotRow:
+    """One slot of /slots (`timings` is buun's patch 0026, absent upstream, when they stay None).
+    With several slots /metrics sums them all: this is each user's own."""
     t = slot.get("timings")
     t = t if isinstance(t, dict) else {}
     drafted, accepted, steps = (count(t.get(k)) or 0 for k in ("draft_n", "draft_n_accepted", "draft_n_steps"))
-    return {
-        "id": slot.get("id"),
-        "busy": bool(slot.get("is_processing")),
-        "task": count(slot.get("id_task")),
-        "context_tokens": count(slot.get("n_prompt_tokens")),
-        "generated": count(t.get("predicted_n")),
-        "tokens_per_second": figure(t.get("predicted_per_second")) or None,
-        "drafted": drafted,
-        "accepted": accepted,
-        "acceptance_rate": accepted / drafted if drafted else None,
-        "mean_acceptance_length": 1 + accepted / steps if steps else None,
-    }
+    return SlotRow(
+        id=slot.get("id"),
+        busy=bool(slot.get("is_processing")),
+        task=count(slot.get("id_task")),
+        context_tokens=count(slot.get("n_prompt_tokens")),
+        generated=count(t.get("predicted_n")),
+        tokens_per_second=figure(t.get("predicted_per_second")) or None,
+        drafted=drafted,
+        accepted=accepted,
+        acceptance_rate=accepted / drafted if drafted else None,
+        mean_acceptance_length=1 + accepted / steps if steps else None,
+    )

@@ -1,8 +1,8 @@
 """One llama-server for one job (a benchmark configuration, a memory measurement, a test): launched
 on loopback, ready when /health says so, its failure diagnosed, stopped with its whole group.
 
-    argv = command.server_argv(binary, target, draft, "127.0.0.1", process.free_port(), flags)
-    with LocalServer(argv, log_path) as server:
+    launch = settings.render(binary, target, draft, "127.0.0.1", process.free_port())  # ServerSettings
+    with LocalServer(launch.argv, log_path, env=launch.env) as server:
         requests.post(server.url + "/completion", ...)
 
 Unlike the supervisor (supervisor.py), which keeps a server running and relaunches it, a local
@@ -32,10 +32,10 @@ READY_PROBE_EVERY = 0.25  # seconds between /health probes while loading
 
 
 def _address(argv: Sequence[str]) -> tuple[str, int]:
-    """The --host and --port of a llama-server argv (command.server_argv always sets both)."""
+    """The --host and --port of a llama-server argv (ServerSettings.render always sets both)."""
     def value(flag: str) -> str:
         if flag not in argv:
-            raise ValueError(f"the llama-server command has no {flag}: build it with command.server_argv")
+            raise ValueError(f"the llama-server command has no {flag}: build it with ServerSettings.render")
         return argv[argv.index(flag) + 1]
 
     return value("--host"), int(value("--port"))

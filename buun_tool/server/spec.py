@@ -1,6 +1,7 @@
-"""One launch of a server: which recipe, models, binary, address and flags, and the rules the
-supervisor follows. Saved as spec.json in the instance folder, so a detached supervisor and
-`buun restart` run exactly what `buun start` resolved. No secret is part of it.
+"""One launch of a server: which recipe, models, binary and address, its settings (settings.py:
+resolved once, rendered by ServerSettings.render), and the rules the supervisor follows. Saved
+as spec.json in the instance folder, so a detached supervisor and `buun restart` run exactly what
+`buun start` resolved. No secret is part of it.
 """
 
 from __future__ import annotations
@@ -12,17 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from buun_tool.base import command, console, nvidia, paths
-from buun_tool.base import tree_budget as budgets
 from buun_tool.base.command import Flag
 from buun_tool.base.errors import BuunError, NotReadyError, UsageError
 from buun_tool.formats import gguf_tools, layout, recipes
 from buun_tool.pipeline import build, convert, patches
-from buun_tool.plan import context, devices, fit
-from buun_tool.server import addresses, rpc
+from buun_tool.plan import devices
+from buun_tool.server import addresses, rpc, settings
+from buun_tool.server.settings import Launch, ServerSettings
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
-API_KEY_ENV = "BUUN_API_KEY"  # where buun itself takes the key from (besides --api-key)
 
 
 def default_paths(recipe: recipes.Recipe, models_dir: Path) -> tuple[Path, Path]:
@@ -101,9 +101,17 @@ class LaunchSpec:
     draft_device_why: str = ""
 
     @property
+    def settings(self) -> ServerSettings:
+        """The server's settings as resolve made them (the spec keeps them flat: spec.json)."""
+        return ServerSettings(list(self.flags), recipe_flags=list(self.recipe_flags), env=dict(self.env),
+                              placement=self.placement)
+
+    def launch(self) -> Launch:
+        return self.settings.render(self.binary, self.target, self.draft, self.host, self.port, alias=self.recipe)
+
+    @property
     def argv(self) -> list[str]:
-        return command.server_argv(self.binary, self.target, self.draft, self.host, self.port, self.flags,
-                                   alias=self.recipe)
+        return self.launch().argv
 
     @property
     def url(self) -> str:
@@ -174,8 +182,8 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
     check_one_split(endpoints, where)
     if cpu_build is None:
         cpu_build = (planned or build.variant_of(binary)) == "cpu"
-    resolved = launch_flags(recipe, command.parse_args(extra or []), drops or [], "the arguments after `--`",
-                            models_dir, tree_budget, slots, where, endpoints, cpu_build=cpu_build)
+    resolved = settings.resolve(recipe, command.parse_args(extra or []), drops or [], "the arguments after `--`",
+                                models_dir, tree_budget, slots, where, endpoints, cpu_build=cpu_build)
     flags, secrets, context = resolved.flags, resolved.secrets, resolved.context
     # llama-server opens a key file from its own folder (buun's, when detached), and check_exposure
     # judges the keys in it from this one: the same file for both, and for a restart from elsewhere
@@ -188,7 +196,7 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
         model, draft = model or default_target, draft or default_draft
     cards = len(where.gpus) if where else len(nvidia.detect_gpus()) if endpoints and not need_models else 0
     on_workers = with_workers(str(binary), endpoints, flags, need_models, resolved.env, cards) if endpoints else None
-    flags = with_draft_device(flags, on_workers.draft_device if on_workers else None)
+    flags = settings.with_draft_device(flags, on_workers.draft_device if on_workers else None)
     spec = LaunchSpec(
         name=check_name(name or recipe.name), recipe=recipe.name, recipe_source=str(recipe.source.resolve()),
         binary=str(binary),
@@ -242,57 +250,6 @@ def with_models_dir(spec: LaunchSpec, models_dir: Path) -> LaunchSpec:
     return replace(spec, target=str(target.resolve()), draft=str(draft.resolve()), models_dir=str(models_dir))
 
 
-@dataclass(frozen=True)
-class Flags:
-    """A recipe's server flags with the user's changes, as llama-server gets them."""
-
-    flags: list[Flag]  # no secret among them
-    secrets: dict[str, str]  # canonical flag -> value, for llama-server's environment (command.SECRET_ENV)
-    context: context.ContextChoice  # the -c among the flags, and why
-    recipe_flags: list[str]  # the recipe's flag names that reach llama-server as the recipe wrote them
-    env: dict[str, str] = field(default_factory=dict)  # for llama-server's environment: the cards (devices.py)
-    placement: dict[str, Any] | None = None  # the cards and the split (devices.with_split)
-
-
-CPU_LAYERS = ("-ngl", "-ngld")  # the target's and the drafter's layers on a card: none for a CPU build
-
-
-def launch_flags(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str], source: str,
-                 models_dir: Path, tree_budget: int | None = None, slots: int | None = None,
-                 where: devices.Placement | None = None, workers: list[addresses.Endpoint] | None = None,
-                 cpu_build: bool = False) -> Flags:
-    """The flags of every server buun runs for a recipe, `buun serve`'s and each `buun bench`
-    configuration's: the recipe's, with `overrides` in the place of the recipe's flag of the same
-    option (or added) and `drops` left out, secrets taken out, the tree's flags settled
-    (with_tree; a dropped --spec-tree-budget is the chain), the slots' (with_slots), -c decided
-    (with_context, weighing the models in `models_dir`) and, on the cards `where` names, the split
-    (devices.with_split). `workers` come first, as `--rpc`: llama-server must know them before it
-    reads a device name (-dev, -devd). A `cpu_build` llama-server gets buun's default -c, not
-    what fits the card nvidia-smi lists, and, without workers, `-ngl 0 -ngld 0` (there is no card
-    to offload the recipe's layers to) unless the overrides say otherwise.
-    `source` names where the overrides came from, for the error of a flag buun sets itself."""
-    base = command.recipe_flags(recipe.server_flags)
-    command.check_unmanaged(base, f"the recipe {recipe.source}")
-    command.check_unmanaged(overrides, source)
-    command.check_drops(drops)
-    if cpu_build and not workers:  # as `buun setup --cpu` plans it: no layer to a card
-        given = {command.canonical(n) for n, _ in overrides}
-        overrides = [*((flag, "0") for flag in CPU_LAYERS if flag not in given), *overrides]
-    # the recipe's secrets and the command line's alike (an override replaces the recipe's)
-    flags, secrets = command.take_secrets(command.merge(base, overrides, drops))
-    if workers:
-        flags = [("--rpc", addresses.join(workers)), *flags]
-    if command.TREE_BUDGET in {command.canonical(d) for d in drops}:
-        tree_budget = 0  # no tree flag, not even the recipe's server.tree
-    flags = with_tree(recipe, flags, overrides, tree_budget)
-    flags = with_slots(recipe, flags, overrides, slots)
-    flags, context = with_context(recipe, flags, overrides, models_dir, where, cpu_build)
-    if where is None:
-        return Flags(flags, secrets, context, _kept(base, overrides))
-    flags, placed = devices.with_split(recipe, flags, where, context.value, models_dir)
-    return Flags(flags, secrets, context, _kept(base, overrides), where.env, placed)
-
-
 def check_one_split(endpoints: list[addresses.Endpoint], where: devices.Placement | None) -> None:
     """RPC workers with one local card at most: llama.cpp would put the target over both kinds of
     device at once, a plan neither `buun fit --gpus` nor rpc.place makes."""
@@ -300,13 +257,6 @@ def check_one_split(endpoints: list[addresses.Endpoint], where: devices.Placemen
         raise UsageError(f"--rpc with several cards ({','.join(map(str, where.gpus))}): buun splits the target over "
                          "this host's cards or over RPC workers, not both at once",
                          "pass one card (--gpus N) with --rpc, or leave out --rpc")
-
-
-def with_draft_device(flags: list[Flag], device: str | None) -> list[Flag]:
-    """The flags with `-devd device` (with_workers' choice) unless they name the drafter's device."""
-    if device and not command.option(dict(flags), "-devd"):
-        return [*flags, ("-devd", device)]
-    return flags
 
 
 def with_workers(binary: str, endpoints: list[addresses.Endpoint], flags: list[Flag], ask: bool,
@@ -329,101 +279,3 @@ def with_workers(binary: str, endpoints: list[addresses.Endpoint], flags: list[F
 def check_exposure(spec: LaunchSpec, api_key: str | None) -> None:
     """command.check_exposure for a resolved launch (--no-api-key is kept in the spec for restarts)."""
     command.check_exposure(spec.host, spec.flags, api_key, spec.no_api_key)
-
-
-def with_context(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag], models_dir: Path,
-                 where: devices.Placement | None = None, cpu_build: bool = False
-                 ) -> tuple[list[Flag], context.ContextChoice]:
-    """The flags with -c decided (context.choose_context): the command line's, the recipe's pinned
-    number, or the largest that fits the GPU here (the cards `where` names: split by layers over
-    several; weighing the models in `models_dir`); in the recipe's place, or added."""
-    cards = None if where is None else list(where.cards)  # no nvidia-smi: no card to fit
-    choice = context.choose_context(recipe, {n: True if v is None else v for n, v in flags},
-                                from_command_line=any(command.canonical(n) == "-c" for n, _ in overrides),
-                                models_dir=models_dir, gpus=cards,
-                                draft=None if where is None else where.draft_position, cpu_build=cpu_build)
-    at = next((i for i, (n, _) in enumerate(flags) if command.canonical(n) == "-c"), None)
-    if at is None:
-        return [*flags, ("-c", str(choice.value))], choice
-    return [*flags[:at], (flags[at][0], str(choice.value)), *flags[at + 1:]], choice
-
-
-def with_tree(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag], budget: int | None) -> list[Flag]:
-    """The flags with the tree's settings (patch 0023). The budget is --tree-budget's, else one among
-    the flags (after `--` or in the recipe's server.flags, in any spelling), else the recipe's
-    server.tree.budget. A tree (budget 2 or more) gets --spec-tree-budget N, and the recipe's
-    --spec-tree-k unless the flags give one; the chain gets no tree flag: it is llama-server's
-    default, so a build without 0023 serves it. A tree that does not fit one ubatch is refused here
-    rather than by llama-server's assert."""
-    if budget is not None and any(command.canonical(n) == command.TREE_BUDGET for n, _ in overrides):
-        raise UsageError("--tree-budget and a --spec-tree-budget after `--` both set the tree budget",
-                         "give one of them")
-    given = [v for n, v in flags if command.canonical(n) == command.TREE_BUDGET]
-    if budget is None and given:
-        budget = budgets.parse(given[-1], command.TREE_BUDGET)
-    n = budgets.check(recipe.tree_budget if budget is None else budget, "--tree-budget")
-    out = [f for f in flags if command.canonical(f[0]) != command.TREE_BUDGET]
-    if budgets.is_tree(n):
-        out.append((command.TREE_BUDGET, str(n)))
-        if not any(command.canonical(name) == command.TREE_K for name, _ in out):
-            out.append((command.TREE_K, str(recipe.tree_k)))
-    fit.check_tree(fit.flags_from_server_flags({name: True if v is None else v for name, v in out}))
-    return out
-
-
-def with_slots(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag], slots: int | None) -> list[Flag]:
-    """The flags with the slots' settings: -np N, N being --slots, else a -np among the flags (after
-    `--` or in the recipe's server.flags), else the recipe's server.slots; and -ub and -b raised,
-    where the recipe's are smaller, to hold every slot's verify in one ubatch (fit.with_slots), so
-    that the slots verify in one target forward. A -ub or -b after `--` is kept as given, with a
-    warning when it splits the slots' verify."""
-    if slots is not None and any(command.canonical(n) == "-np" for n, _ in overrides):
-        raise UsageError("--slots and a -np after `--` both set the number of slots", "give one of them")
-    given = [v for n, v in flags if command.canonical(n) == "-np"]
-    n = slots if slots is not None else _slots_flag(given[-1]) if given else recipe.slots
-    given_flags = {name: True if v is None else v for name, v in flags}
-    current = fit.flags_from_server_flags(given_flags)
-    if command.option(given_flags, "--spec-type") is None:  # no drafter (bench's AR): a token a slot
-        current = replace(current, draft_max=0)
-    planned = fit.with_slots(recipe, current, n)
-    out = [f for f in flags if command.canonical(f[0]) != "-np"] + [("-np", str(n))]
-    if planned.ubatch <= min(current.ubatch, current.batch):
-        return out
-    mine = {command.canonical(name) for name, _ in overrides} & {"-ub", "-b"}
-    if mine:
-        console.warn(f"{n} slots verify {planned.ubatch} tokens a step, more than -ub {current.ubatch} "
-                     f"(-b {current.batch}): the slots verify in more than one target forward "
-                     f"(`-- -ub {planned.ubatch} -b {planned.batch}` holds them all)")
-        return out
-    return _set_flag(_set_flag(out, "-ub", planned.ubatch), "-b", planned.batch)
-
-
-def _set_flag(flags: list[Flag], canonical_name: str, value: int) -> list[Flag]:
-    """The flags with that option's value replaced in its place, or added."""
-    at = next((i for i, (n, _) in enumerate(flags) if command.canonical(n) == canonical_name), None)
-    if at is None:
-        return [*flags, (canonical_name, str(value))]
-    return [*flags[:at], (flags[at][0], str(value)), *flags[at + 1:]]
-
-
-def _slots_flag(value: str | None) -> int:
-    if value is None or not command.is_count(value):
-        shown = "-np" + (f" {value}" if value is not None else " without a value")
-        raise UsageError(f"{shown}: expected a number of slots", f"1 to {recipes.MAX_SLOTS}; `buun serve --slots N`")
-    return int(value)
-
-
-def _kept(base: list[Flag], overrides: list[Flag]) -> list[str]:
-    """The recipe's flags that reach llama-server as the recipe wrote them (for error hints)."""
-    over = {command.canonical(n) for n, _ in overrides}
-    return [n for n, _ in base if command.canonical(n) not in over]
-
-
-def child_env(api_key: str | None, own: dict[str, str] | None = None) -> dict[str, str]:
-    """llama-server's environment: ours, with the launch's own variables (`own`: the cards) and the
-    key in its own variable (never in argv)."""
-    env = {k: v for k, v in os.environ.items() if k not in (command.API_KEY_ENV, API_KEY_ENV)}
-    env.update(own or {})
-    if api_key:
-        env[command.API_KEY_ENV] = api_key
-    return env

@@ -40,7 +40,7 @@ from buun_tool.server import addresses, loglines, process, rpc, supervise_signal
 from buun_tool.server.health import Health, Probe
 from buun_tool.server.instance import Instance, ref_of
 from buun_tool.server.logfile import RotatingLog
-from buun_tool.server.spec import LaunchSpec, child_env
+from buun_tool.server.spec import LaunchSpec
 from buun_tool.server.state import TRANSITIONS, Record, State
 from buun_tool.server.supervise_files import KeptFiles
 from buun_tool.server.supervise_report import Listener, detached_output, report
@@ -113,7 +113,9 @@ class Supervisor:
         return loglines.diagnose(lines, self.spec.recipe_flags)
 
     def _env(self) -> dict[str, str]:
-        return child_env(self.api_key, self.spec.env)
+        """llama-server's environment: the rendered launch's (a worker's supervisor has its own)."""
+        return self.spec.launch().environ(self.api_key)
+
 
     # --- requests (any thread, signal handlers) ---------------------------------------------
 

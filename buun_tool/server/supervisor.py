@@ -16,7 +16,8 @@ from pathlib import Path
 from buun_tool.base.errors import BuunError, Exit, NotReadyError
 from buun_tool.server import control
 from buun_tool.server.instance import Instance
-from buun_tool.server.spec import API_KEY_ENV, LaunchSpec
+from buun_tool.server.settings import API_KEY_ENV
+from buun_tool.server.spec import LaunchSpec
 from buun_tool.server.supervise import Supervisor, detached_output, report
 
 
