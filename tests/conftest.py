@@ -28,6 +28,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # reset to the default at each child's exec, so children get SIGINT as from a terminal.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # A blocked signal stays blocked through an exec too, and Python unblocks none: the signals the
+    # tests send would wait, pending, for ever. (test_interrupt checks what a child gets.)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from buun_tool.base import paths
 from buun_tool.base.errors import INTERRUPTED, Exit
 from buun_tool.formats import layout, recipes
 from buun_tool.pipeline import build, patches, vendor
+from tests.support import waits
 from tests.support.fake_hub import FakeHub
 from tests.support.fake_llama_source import FakeProject, commit_change, hold_git_am, wait_for_file
 from tests.support.lock_holder import buun, env, finish, release, stderr_until
@@ -49,7 +49,7 @@ def test_two_patch_runs_one_after_the_other(fake_project: FakeProject, tmp_path:
     seen = stderr_until(second, "...")
     assert f"waiting for `buun patch` (PID {first.pid}) to finish with the vendored tree {fake_project.llama}" \
         in seen, seen
-    time.sleep(0.5)
+    waits.until_blocked_in(second.pid, "flock", None, 30)  # it waits for the lock, as it said
     assert second.poll() is None  # still waiting while the first applies
     gate.touch()
     code, err = finish(first)
@@ -65,9 +65,7 @@ def test_two_pulls_download_a_file_once(hub: FakeHub, tmp_path: Path) -> None:  
     recipe_file = write_recipe(tmp_path / "tiny.yaml")
     stall = hub.stalls[(TARGET, GGUF)] = threading.Event()
     first = buun("pull", str(recipe_file))
-    deadline = time.monotonic() + 30
-    while not hub.requests("GET", "resolve") and time.monotonic() < deadline:
-        time.sleep(0.05)
+    waits.until(lambda: hub.requests("GET", "resolve"), 30, "the first pull's first download")
     second = buun("pull", str(recipe_file))
     seen = stderr_until(second, "...")
     assert f"waiting for `buun pull` (PID {first.pid}) to finish with the models folder {paths.models_dir()}" \
@@ -108,6 +106,9 @@ def test_a_patch_waits_for_a_build_and_ctrl_c_stops_the_wait(fake_project: FakeP
     proc = buun("patch")
     seen = stderr_until(proc, "...")
     assert f"(PID {holder.pid}) to finish with the vendored tree" in seen, seen
+    # the line is printed before buun blocks on the lock: a SIGINT in between was noted, to act on
+    # once the wait ended, which was never while the holder held on; so it is sent once buun waits
+    waits.until_blocked_in(proc.pid, "flock", None, 30)
     proc.send_signal(signal.SIGINT)
     code, err = finish(proc, seen)
     assert code == Exit.INTERRUPTED and err.strip().splitlines()[-1] == INTERRUPTED and "Traceback" not in err

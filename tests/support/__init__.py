@@ -11,6 +11,8 @@ correctness harness). `fake_llama_server`: a stand-in llama-server for the super
 build). `fake_hub`: a local Hugging Face Hub with fault injection. `fake_remote_server`: an HTTP
 server answering as the test says (a llama-server someone else runs, broken or hostile).
 `fake_gpus`: a host with several cards (nvidia-smi and a CUDA build stamp). `lock_holder`: a process
-holding buun's stage locks. `recorded_bench`: recorded `buun bench` runs and their helpers.
+holding buun's stage locks. `waits`: waits on states with a timeout that fails the test, and
+`until_blocked_in` (a process asleep in a given system call: a signal sent then finds it there).
+`recorded_bench`: recorded `buun bench` runs and their helpers.
 `chromium`: headless Chromium over the DevTools protocol (the web UI and the bench report).
 """

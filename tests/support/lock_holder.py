@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from buun_tool.base import locks
+from tests.support import waits
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,11 +37,17 @@ def buun(*args: str) -> subprocess.Popen[str]:
 
 
 def stderr_until(proc: subprocess.Popen[str], text: str, timeout: float = 30) -> str:
-    """What `proc` wrote on stderr until `text` (or its exit, or the timeout)."""
+    """What `proc` wrote on stderr until `text` (or its exit). Still running without it after
+    `timeout` s, it is killed and the test fails."""
     assert proc.stderr is not None
     fd, seen = proc.stderr.fileno(), b""
     deadline = time.monotonic() + timeout
-    while text.encode() not in seen and time.monotonic() < deadline:
+    while text.encode() not in seen:
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait(30)
+            pytest.fail(f"no {text!r} on the stderr of {' '.join(proc.args)} after {timeout} s; it wrote:\n"
+                        f"{seen.decode(errors='replace')}")
         if select.select([fd], [], [], 0.2)[0]:
             chunk = os.read(fd, 4096)
             if not chunk:
@@ -50,8 +57,9 @@ def stderr_until(proc: subprocess.Popen[str], text: str, timeout: float = 30) ->
 
 
 def finish(proc: subprocess.Popen[str], seen: str = "") -> tuple[int, str]:
-    """Its exit code and whole stderr (`seen`: what stderr_until read of it)."""
-    _, rest = proc.communicate(timeout=60)
+    """Its exit code and whole stderr (`seen`: what stderr_until read of it); still running after a
+    minute, it is killed and the test fails."""
+    _, rest = waits.communicate(proc, 60)
     return proc.returncode, seen + rest
 
 
@@ -71,7 +79,11 @@ def holders() -> Iterator[Callable[..., subprocess.Popen[str]]]:
         proc = subprocess.Popen([sys.executable, "-m", "tests.support.lock_holder", *what], env=env(), text=True,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         started.append(proc)
-        assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+        assert proc.stdout is not None
+        # a lock it cannot take (another's, left held) would keep it from saying so for ever
+        waits.until(lambda: select.select([proc.stdout], [], [], 0.1)[0] or proc.poll() is not None, 60,
+                    f"the holder of {', '.join(what)} to say it holds them")
+        assert proc.stdout.readline() == "held\n", proc.poll()
         return proc
 
     yield start
