@@ -45,9 +45,12 @@ lint: install
 # The suite in two tiers (docs/development.md). `check` is the edit-test loop: lint and every test
 # that starts no llama-server and builds nothing (conftest marks each test that uses the build's
 # fixtures `slow`). `test` is the whole suite: `check`, then the slow tier; CI runs it. Each tier
-# says how long it took.
+# says how long it took. `check` runs its tests in CHECK_JOBS processes (pytest-xdist; 1 runs them
+# in this one): they start no llama-server, so two processes on two cores do not starve each other.
+CHECK_JOBS ?= 2
 check: lint                           ## lint, then the tests that need no llama.cpp build (a few minutes)
-	@start=$$(date +%s); $(PYTHON) -m pytest -q -m "not slow" --durations=5; rc=$$?; \
+	@start=$$(date +%s); $(PYTHON) -m pytest -q -m "not slow" $(if $(filter-out 1,$(CHECK_JOBS)),-n $(CHECK_JOBS)) \
+	  --durations=5; rc=$$?; \
 	  echo "tier check: $$(( $$(date +%s) - start )) s"; exit $$rc
 
 test: check                           ## the whole suite: `check`, then the tests that run the CPU build

@@ -18,12 +18,15 @@ The model pipeline's inputs (pull, convert, gguf), from tests/support/tiny_check
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,21 +43,43 @@ from tests.support.tiny_checkpoints import TinyModels, write_recipe
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".pytest_cache"
 PAIRS = CACHE / "buun-models"  # the GGUF pairs
+BUILD_WAIT_S = 900  # the longest a worker waits for another to build a cached fixture
+
+
+@contextmanager
+def one_writer(name: str) -> Iterator[None]:
+    """One process at a time builds the cached fixture `name`: `make check` runs its tests in two
+    pytest-xdist workers, which would otherwise write the same files at once on a fresh clone. The
+    other waits (at most BUILD_WAIT_S), then finds the fixture made."""
+    lock = CACHE / "buun-locks" / f"{name}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as f:
+        deadline = time.monotonic() + BUILD_WAIT_S
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                assert time.monotonic() < deadline, f"another test process held {lock} for {BUILD_WAIT_S} s"
+                time.sleep(0.2)
+        yield
 
 
 @pytest.fixture(scope="session")
 def tiny_pair() -> tuple[Path, Path]:
     """(target.gguf, drafter.gguf): qwen35 hybrid target (delta-net + full attention layers) and a
     dflash drafter reading several of its layers."""
-    return synth.write_pair(recipes.load(), PAIRS / "tiny", scale="tiny", seed=0)
+    with one_writer("tiny-pair"):
+        return synth.write_pair(recipes.load(), PAIRS / "tiny", scale="tiny", seed=0)
 
 
 @pytest.fixture(scope="session")
 def tiny_pair_f32() -> tuple[Path, Path]:
     """The same pair with f32 matrices, for the correctness harness: without quantized activations,
     single-token and batched decoding agree to float rounding, so states compare tightly."""
-    return synth.write_pair(recipes.load(), PAIRS / "tiny-f32", scale="tiny", seed=0,
-                            target_type="f32", draft_type="f32")
+    with one_writer("tiny-pair-f32"):
+        return synth.write_pair(recipes.load(), PAIRS / "tiny-f32", scale="tiny", seed=0,
+                                target_type="f32", draft_type="f32")
 
 
 @pytest.fixture(scope="session")
@@ -121,12 +146,13 @@ def tiny_tokenizer() -> Path:
     """The Qwen3.5 tokenizer files (10 s to build, so cached across sessions)."""
     key = hashlib.sha256(Path(tiny_checkpoints.__file__).read_bytes()).hexdigest()[:16]
     dest = CACHE / "buun-fixtures" / f"tokenizer-{key}"
-    if not (dest / "tokenizer.json").is_file():
-        tmp = dest.with_name(dest.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tiny_checkpoints.write_tokenizer(tmp)
-        shutil.rmtree(dest, ignore_errors=True)
-        tmp.rename(dest)
+    with one_writer("tiny-tokenizer"):
+        if not (dest / "tokenizer.json").is_file():
+            tmp = dest.with_name(dest.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tiny_checkpoints.write_tokenizer(tmp)
+            shutil.rmtree(dest, ignore_errors=True)
+            tmp.rename(dest)
     return dest
 
 
@@ -134,14 +160,15 @@ def tiny_tokenizer() -> Path:
 def tiny_models_built(converter_python: Path, tiny_tokenizer: Path) -> TinyModels:
     geometry = recipes.load().geometry_at("tiny").to_json()
     dest = CACHE / "buun-fixtures" / f"models-{_fixture_key(geometry)}"
-    if not (dest / "done").is_file():
-        tmp = dest.with_name(dest.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        _build(tmp, geometry, converter_python, tiny_tokenizer)
-        (tmp / "done").write_text("ok\n")
-        shutil.rmtree(dest, ignore_errors=True)
-        tmp.rename(dest)
+    with one_writer("tiny-models"):
+        if not (dest / "done").is_file():
+            tmp = dest.with_name(dest.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            _build(tmp, geometry, converter_python, tiny_tokenizer)
+            (tmp / "done").write_text("ok\n")
+            shutil.rmtree(dest, ignore_errors=True)
+            tmp.rename(dest)
     return TinyModels(dest, geometry)
 
 
