@@ -425,13 +425,13 @@ class TestHost:
         assert one.placement and devices.describe(one.placement) == \
             "GPU1 (NVIDIA GeForce RTX 4090) (CUDA_VISIBLE_DEVICES=1)"
         mem = nvidia.memory_for(4242)
-        assert mem and mem["server_by_gpu"] == {"0": 500, "1": 500} and mem["server_mib"] == 1000
+        assert mem and mem.server_by_gpu == {"0": 500, "1": 500} and mem.server_mib == 1000
 
     def test_one_card_holds_the_servers_memory(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         write_nvidia_smi(tmp_path / "smi", [RTX_3090])
         monkeypatch.setenv("PATH", f"{tmp_path / 'smi'}{os.pathsep}{os.environ['PATH']}")
         mem = nvidia.memory_for(4242)
-        assert mem and mem["server_by_gpu"] == {"0": 500} and mem["server_mib"] == 500
+        assert mem and mem.server_by_gpu == {"0": 500} and mem.server_mib == 500
 
 
 # --- the real llama-server ---------------------------------------------------------------------

@@ -164,6 +164,26 @@ class TestSlotStates:
             "busy: task 4, 10 tokens in context",
         ]
 
+    def test_the_status_json_keeps_its_shape(self) -> None:
+        """The rows are typed (SlotsRow, DFlashStats, ServerMemory); `buun status --json` gives the
+        objects it gave when they were dicts."""
+        from buun_tool.server import control
+        from buun_tool.server.health import SlotsRow, slot_state
+
+        stats = metrics.DFlashStats(drafts=2, drafted=30, accepted=20, acceptance_rate=2 / 3, mean_accepted=10.0,
+                                    mean_acceptance_length=11.0)
+        mem = nvidia.ServerMemory(500, [{"index": 0, "used_mib": 700, "total_mib": 24576}], {"0": 500})
+        slots = SlotsRow(total=1, busy=1, n_ctx=4096, source="/slots", per_slot=(slot_state(self.BUSY),))
+        out = control.Probes("ok", slots, stats, mem).to_json()
+        assert out["slots"] == {"total": 1, "busy": 1, "n_ctx": 4096, "source": "/slots",
+                                "per_slot": [slot_state(self.BUSY).to_json()]}
+        assert out["slots"]["per_slot"][0]["task"] == 12 and out["dflash"]["accepted"] == 20
+        assert out["gpu"] == {"server_mib": 500, "gpus": [{"index": 0, "used_mib": 700, "total_mib": 24576}],
+                              "server_by_gpu": {"0": 500}}
+        keyed = control.Probes("ok", SlotsRow(error="needs the key"), None, None, dflash_error="needs the key")
+        assert keyed.to_json()["slots"] == {"error": "needs the key"} == keyed.to_json()["dflash"]
+        assert keyed.to_json()["gpu"] is None and keyed.to_json()["health"] == "ok"
+
 
 def _in_time(seconds: float, call: Callable[[], Any]) -> Any:
     """call() on a thread, its result if it returns within `seconds`; the test fails (not hangs) if not."""

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from buun_tool.base.command import is_count
@@ -132,7 +132,19 @@ def parse_bus_apps(apps: str, cards: str) -> dict[int, dict[int, int]]:
     return out
 
 
-def memory_for(pid: int, timeout: float = 10) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class ServerMemory:
+    """What nvidia-smi says of one process's GPU memory: `buun status`'s GPU row."""
+
+    server_mib: int | None  # the process's, every card together
+    gpus: list[dict[str, int]]  # each card: index, used_mib, total_mib
+    server_by_gpu: dict[str, int]  # the process's on each card, by nvidia-smi index
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def memory_for(pid: int, timeout: float = 10) -> ServerMemory | None:
     if not shutil.which("nvidia-smi"):
         return None
     apps = _smi("--query-compute-apps=pid,used_memory", timeout=timeout)
@@ -146,8 +158,7 @@ def memory_for(pid: int, timeout: float = 10) -> dict[str, Any] | None:
         by_card = _smi("--query-compute-apps=pid,gpu_bus_id,used_memory", timeout=timeout)
         cards = _smi("--query-gpu=index,pci.bus_id", timeout=timeout)
         mine = parse_bus_apps(by_card or "", cards or "").get(pid, {})
-    return {"server_mib": server_mib, "gpus": gpus or [],
-            "server_by_gpu": {str(i): mib for i, mib in sorted(mine.items())}}
+    return ServerMemory(server_mib, gpus or [], {str(i): mib for i, mib in sorted(mine.items())})
 
 
 class MemorySampler:

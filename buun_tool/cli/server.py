@@ -208,10 +208,10 @@ def _print_status(st: control.InstanceStatus) -> None:
             f"({rate}); mean acceptance length {al}")
     gpu = probes.gpu if probes else None
     if gpu:
-        used = ", ".join(f"GPU{g['index']} {g['used_mib']}/{g['total_mib']} MiB" for g in gpu.get("gpus", []))
-        mine = gpu.get("server_by_gpu") or {}
+        used = ", ".join(f"GPU{g['index']} {g['used_mib']}/{g['total_mib']} MiB" for g in gpu.gpus)
+        mine = gpu.server_by_gpu
         each = f" ({', '.join(f'GPU{i} {mib}' for i, mib in mine.items())})" if len(mine) > 1 else ""
-        row("GPU", f"llama-server {gpu.get('server_mib') or '?'} MiB{each}; {used}")
+        row("GPU", f"llama-server {gpu.server_mib or '?'} MiB{each}; {used}")
     if r and r.error:
         row("error", r.error.get("message", "").splitlines()[0])
     row("log", r.log if r else None)

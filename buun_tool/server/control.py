@@ -300,7 +300,7 @@ class Probes:
     health: str | None
     slots: SlotsRow | None
     dflash: DFlashStats | None
-    gpu: dict[str, Any] | None  # nvidia.memory_for
+    gpu: nvidia.ServerMemory | None
     timeout_s: float = STATUS_PROBE_TIMEOUT_S
     dflash_error: str | None = None  # why /metrics gave no figures (the API key)
 
@@ -308,7 +308,7 @@ class Probes:
         return {"health": self.health, "slots": self.slots.to_json() if self.slots else None,
                 "dflash": {"error": self.dflash_error} if self.dflash_error
                 else self.dflash.to_json() if self.dflash else None,
-                "gpu": self.gpu, "probe_timeout_s": self.timeout_s}
+                "gpu": self.gpu.to_json() if self.gpu else None, "probe_timeout_s": self.timeout_s}
 
 
 @dataclass
