@@ -19,7 +19,8 @@ RecipeModelsOpt = Annotated[bool, typer.Option(
     "--models-dir (what `buun serve` serves), on their real acceptance.")]
 UrlOpt = Annotated[str | None, typer.Option("--url", help="Benchmark this running llama-server instead.",
                                             show_default=False)]
-SuiteOpt = Annotated[str, typer.Option("--suite", help="Comma-separated: code, math, prose.")]
+SuiteOpt = Annotated[str, typer.Option("--suite", help="Comma-separated: code, math, prose, and long (prompts of "
+                                      "about 8K and 30K tokens, -c sized to fit; only when named).")]
 ModeOpt = Annotated[str, typer.Option("--mode", help="raw (/completion), chat (/v1/chat/completions) or both.")]
 PromptsOpt = Annotated[int, typer.Option("--prompts", min=0, help="Prompts per suite (0: all).")]
 NPredictOpt = Annotated[int, typer.Option("--n-predict", min=1, help="Tokens generated per request.")]
@@ -49,6 +50,8 @@ DraftMaxOpt = Annotated[int | None, typer.Option("--draft-max", min=0, help="Rep
                                                  show_default=False)]
 HostSamplingOpt = Annotated[bool, typer.Option("--host-sampling", help="Sample on the host: drops the recipe's "
                                                "--backend-sampling.")]
+LongTokensOpt = Annotated[str, typer.Option("--long-tokens", help="The long suite's prompt sizes in tokens, each cut "
+                                            "to that many tokens of the server's own tokenizer.")]
 ServerArgsOpt = Annotated[str, typer.Option("--server-args", help="llama-server flags for every server, as one "
                                             "string, replacing the recipe's of the same option as `buun serve -- "
                                             "FLAGS` does: --server-args '-t 8'.")]

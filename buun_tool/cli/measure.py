@@ -38,6 +38,7 @@ from buun_tool.cli.bench_options import (
     DraftMaxOpt,
     HostSamplingOpt,
     LoadTimeoutOpt,
+    LongTokensOpt,
     ModeOpt,
     NoArOpt,
     NPredictOpt,
@@ -132,6 +133,7 @@ def bench_cmd(
     draft_max: DraftMaxOpt = None,
     host_sampling: HostSamplingOpt = False,
     server_args: ServerArgsOpt = "",
+    long_tokens: LongTokensOpt = "8192,30720",
     out: OutOpt = None,
     load_timeout: LoadTimeoutOpt = 300.0,
     report_: ReportOpt = False,
@@ -150,8 +152,8 @@ def bench_cmd(
         repeats=repeats, synthetic_al=tuple(synthetic_al or ()), al_sweep=al_sweep, tree_budget=tree_budget,
         concurrency=concurrency, gpus=gpus, draft_gpu=draft_gpu, rpc=rpc, no_ar=no_ar,
         against=against.value if against else None, ctx=ctx, draft_max=draft_max, host_sampling=host_sampling,
-        server_args=server_args, out=out, load_timeout=load_timeout, report=report_, report_from=report_from,
-        compare=compare_, bandwidth_gbs=bandwidth_gbs, json_out=json_out)
+        server_args=server_args, long_tokens=long_tokens, out=out, load_timeout=load_timeout, report=report_,
+        report_from=report_from, compare=compare_, bandwidth_gbs=bandwidth_gbs, json_out=json_out)
     {"run": _run, "report": _report_from, "compare": _compare}[req.job](req)
 
 

@@ -66,7 +66,7 @@ def run(opts: BenchOptions) -> BenchResult:
     for mode in opts.modes:
         if mode not in MODES:
             raise UsageError(f"unknown mode {mode!r}", f"valid: {', '.join(MODES)}")
-    loaded = {s: load_prompts(s, opts.prompts) for s in opts.suites}
+    loaded = {s: load_prompts(s, opts.prompts, opts.long_sizes) for s in opts.suites}
     suites = {s: prompts for s, (prompts, _) in loaded.items()}
     if not opts.url:
         patches.rollback_from_env()  # before any server starts: a misspelt value would run the tape

@@ -4,6 +4,7 @@ timed by the client to its first token, its stream and timings checked; /metrics
     send(url, prompt, mode, n_predict, seed) -> (timings, ttft_ms)   the whole request within a time limit
     request_body(prompt, mode, n_predict, seed) -> (path, body)       greedy, fixed-length, streamed
     scrape(url) -> DFlashStats | None                                 the speculative counters of /metrics
+    fit_long(url, prompts) -> prompts                                 the long suite cut to the server's tokens
     check_url(url) -> url                                             --url, once a llama-server answers there
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 import requests
 
 from buun_tool.base.errors import BuunError, Exit, UsageError
+from buun_tool.measure import bench_long
 from buun_tool.measure.bench_prompts import Prompt, chat_text
 from buun_tool.measure.bench_read import in_range
 from buun_tool.server import metrics
@@ -169,6 +171,25 @@ def scrape(url: str) -> metrics.DFlashStats | None:
     finally:
         probe.close()
     return metrics.dflash_stats(metrics.parse(text)) if code == 200 else None
+
+
+def fit_long(url: str, prompts: list[Prompt]) -> list[Prompt]:
+    """The long suite's prompts cut to their tokens under this server's tokenizer (bench_long.cut),
+    through its /tokenize and /detokenize; other prompts as they are."""
+    def ask(path: str, body: dict[str, Any], key: str) -> Any:
+        r = requests.post(url + path, json=body, timeout=120, allow_redirects=False)
+        if r.status_code != 200 or not isinstance(r.json(), dict) or key not in r.json():
+            raise BuunError(f"{url}{path} answered HTTP {r.status_code}: {r.text[:200]}", NOT_LLAMA)
+        return r.json()[key]
+
+    def tokenize(text: str) -> list[int]:
+        return list(ask("/tokenize", {"content": text}, "tokens"))
+
+    def detokenize(ids: list[int]) -> str:
+        return str(ask("/detokenize", {"tokens": ids}, "content"))
+
+    return [Prompt(p.suite, p.id, bench_long.cut(p.text, bench_long.tokens_of(p.id), tokenize, detokenize))
+            if p.suite == bench_long.SUITE else p for p in prompts]
 
 
 def check_url(url: str) -> str:

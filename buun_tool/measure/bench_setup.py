@@ -66,6 +66,7 @@ def prepare(req: BenchRequest, scale_of: ScaleOf) -> BenchOptions:
     forced = bool(synthetic_al or (trees and random_weights))
     opts = BenchOptions(
         target=t, drafter=d, url=url, suites=req.suites, modes=req.modes, prompts=req.prompts or None,
+        long_sizes=req.long_sizes,
         n_predict=req.n_predict, repeats=req.repeats, recipe=r,
         configs=bench_configs.against_upstream(cfgs) if req.against else cfgs, overrides=overrides,
         models_dir=models, out_dir=req.out or paths.bench_dir() / time.strftime("%Y%m%d-%H%M%S"),
