@@ -77,6 +77,8 @@ def _doctor(ctx: Context) -> None:
     gpus = [] if ctx.cpu else detected
     if gpus:
         _check_gpu_memory(ctx, gpus[0])
+    if not pull.stage_status(ctx.recipe, ctx.models_dir).current:
+        pull.check_hub(ctx.recipe, ctx.models_dir)  # before the build, not after it
     console.ok("doctor: the required checks pass" + ("" if gpus else " (no GPU: CPU build)"))
 
 
@@ -140,7 +142,7 @@ def _build_plan(ctx: Context) -> build.BuildPlan:
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("doctor", "check the OS, GPU, toolchain, disk and GPU memory", _doctor),
+    Stage("doctor", "check the OS, GPU, toolchain, disk, GPU memory and that the Hub answers", _doctor),
     Stage("vendor", "fetch the pinned llama.cpp into vendor/llama.cpp", lambda ctx: vendor.vendor(),
           status=lambda ctx: vendor.stage_status()),
     Stage("patch", "apply the patch series", _patch, status=lambda ctx: patches.stage_status(), after=("vendor",)),

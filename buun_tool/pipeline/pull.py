@@ -97,6 +97,20 @@ def stage_status(recipe: Recipe, models_dir: Path) -> stage.StageStatus:
     return stage.current(f"the recipe's repos as verified, in {lay.root}")
 
 
+def check_hub(recipe: Recipe, models_dir: Path) -> None:
+    """The Hub lists every repo of the recipe, with its files, now (what pull asks first): setup
+    asks before its build (10-20 minutes), so that a Hub out of reach, a gated repo or a missing
+    file is said in seconds, with pull's own message (hub_error), not after the build. Nothing is
+    written. With HF_HUB_OFFLINE pull reads the disk only, and so does this: nothing to ask."""
+    if hub_offline():
+        return
+    lay = layout.for_recipe(recipe, models_dir)
+    token = get_token()
+    api = HfApi(endpoint=hub_endpoint(), token=token)
+    for role in ROLES:
+        plan_repo(api, recipe, role, lay.role_dir(role), token, verify=False)
+
+
 # --- the stage ------------------------------------------------------------------------------
 
 @dataclass
