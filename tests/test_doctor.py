@@ -80,5 +80,6 @@ def test_setup_checks_the_cards_with_one_nvidia_smi_run(tmp_path: Path, monkeypa
     nvcc.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr(doctor, "disk_needed", lambda recipe: 0)  # this machine's free space is not the point
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # nor the Hub, which the stage asks when models are missing
     setup._doctor(setup.Context(recipes.load(), tmp_path / "models"))
     assert calls.read_text().splitlines() == ["--query-gpu=name,compute_cap,memory.total,driver_version"]
