@@ -89,3 +89,19 @@ def test_a_run_reports_prefill_and_first_token(tiny_pair: tuple[Path, Path], lla
     assert data["prompt_sources"]["long"] == bench_long.SOURCE
     for argv in data["commands"].values():
         assert argv[argv.index("-c") + 1] == "1280"
+
+
+@pytest.mark.parametrize("answer", [b"<html>not llama-server</html>", b'{"content": "no tokens"}', b"[1, 2]"])
+def test_a_server_that_cannot_tokenize_is_said_so(answer: bytes) -> None:
+    """The cut asks the server's /tokenize: an answer that is not llama-server's (not JSON, no
+    `tokens`) is an error naming the address, not a traceback."""
+    from buun_tool.base.errors import BuunError
+    from buun_tool.measure.bench_client import fit_long
+    from buun_tool.measure.bench_prompts import Prompt
+    from tests.support.fake_remote_server import serve, status
+
+    prompt = Prompt("long", "long/64", "x = 1\n" + bench_long.ASK + " Explain.\n")
+    with serve(status(200, answer)) as url:
+        with pytest.raises(BuunError, match=rf"{url}/tokenize answered HTTP 200"):
+            fit_long(url, [prompt])
+        assert fit_long(url, [Prompt("code", "code/fib", "def f():")])[0].text == "def f():"  # others untouched

@@ -133,7 +133,7 @@ def bench_cmd(
     draft_max: DraftMaxOpt = None,
     host_sampling: HostSamplingOpt = False,
     server_args: ServerArgsOpt = "",
-    long_tokens: LongTokensOpt = "8192,30720",
+    long_tokens: LongTokensOpt = BenchRequest.long_tokens,
     out: OutOpt = None,
     load_timeout: LoadTimeoutOpt = 300.0,
     report_: ReportOpt = False,

@@ -178,9 +178,13 @@ def fit_long(url: str, prompts: list[Prompt]) -> list[Prompt]:
     through its /tokenize and /detokenize; other prompts as they are."""
     def ask(path: str, body: dict[str, Any], key: str) -> Any:
         r = requests.post(url + path, json=body, timeout=120, allow_redirects=False)
-        if r.status_code != 200 or not isinstance(r.json(), dict) or key not in r.json():
+        try:
+            answer = r.json() if r.status_code == 200 else None
+        except ValueError:  # not JSON
+            answer = None
+        if not isinstance(answer, dict) or key not in answer:
             raise BuunError(f"{url}{path} answered HTTP {r.status_code}: {r.text[:200]}", NOT_LLAMA)
-        return r.json()[key]
+        return answer[key]
 
     def tokenize(text: str) -> list[int]:
         return list(ask("/tokenize", {"content": text}, "tokens"))

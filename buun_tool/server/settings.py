@@ -62,11 +62,7 @@ class ServerSettings:
 
     @property
     def plan(self) -> fit.FitFlags:
-        """The settings that decide memory and speed, typed: context, slots, KV types, batches, the
-        draft (n_max 0 without a drafter) and the tree budget."""
-        given = {name: True if v is None else v for name, v in self.flags}
-        f = fit.flags_from_server_flags(given)
-        return f if command.option(given, "--spec-type") is not None else replace(f, draft_max=0)
+        return plan_of(self.flags)
 
     def with_flags(self, flags: list[Flag]) -> ServerSettings:
         return replace(self, flags=list(flags))
@@ -78,6 +74,15 @@ class ServerSettings:
         argv = command.server_argv(str(binary), str(target), None if draft is None else str(draft), host, port,
                                    self.flags, alias=alias)
         return Launch(argv, dict(self.env))
+
+
+def plan_of(flags: list[Flag]) -> fit.FitFlags:
+    """The settings of `flags` that decide memory and speed, typed: context, slots, KV types,
+    batches, the draft (n_max 0 without a drafter: an AR server verifies a token a slot) and the
+    tree budget."""
+    given = {name: True if v is None else v for name, v in flags}
+    f = fit.flags_from_server_flags(given)
+    return f if command.option(given, "--spec-type") is not None else replace(f, draft_max=0)
 
 
 CPU_LAYERS = ("-ngl", "-ngld")  # the target's and the drafter's layers on a card: none for a CPU build
@@ -137,10 +142,7 @@ def with_context(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag
                                 from_command_line=any(command.canonical(n) == "-c" for n, _ in overrides),
                                 models_dir=models_dir, gpus=cards,
                                 draft=None if where is None else where.draft_position, cpu_build=cpu_build)
-    at = next((i for i, (n, _) in enumerate(flags) if command.canonical(n) == "-c"), None)
-    if at is None:
-        return [*flags, ("-c", str(choice.value))], choice
-    return [*flags[:at], (flags[at][0], str(choice.value)), *flags[at + 1:]], choice
+    return _set_flag(flags, "-c", choice.value), choice
 
 
 def with_tree(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag], budget: int | None) -> list[Flag]:
@@ -176,10 +178,7 @@ def with_slots(recipe: recipes.Recipe, flags: list[Flag], overrides: list[Flag],
         raise UsageError("--slots and a -np after `--` both set the number of slots", "give one of them")
     given = [v for n, v in flags if command.canonical(n) == "-np"]
     n = slots if slots is not None else _slots_flag(given[-1]) if given else recipe.slots
-    given_flags = {name: True if v is None else v for name, v in flags}
-    current = fit.flags_from_server_flags(given_flags)
-    if command.option(given_flags, "--spec-type") is None:  # no drafter (bench's AR): a token a slot
-        current = replace(current, draft_max=0)
+    current = plan_of(flags)
     planned = fit.with_slots(recipe, current, n)
     out = [f for f in flags if command.canonical(f[0]) != "-np"] + [("-np", str(n))]
     if planned.ubatch <= min(current.ubatch, current.batch):
