@@ -72,6 +72,10 @@
 #   rpc          two cards: the same with card 1 behind an RPC worker (ggml-rpc-server) on this host
 #   fit-split    two cards: `buun fit --measure` of card 0 alone and of the split over 0 and 1 as `buun
 #                serve --gpus 0,1` plans it (each card's buffers and nvidia-smi against the plan)
+#   tune         `buun tune` of the synthetic pair under the calibrated profile, then a `buun bench`
+#                sweep of the same configurations and workload (scripts/tune_vs_sweep.py: the tune's
+#                pick against the sweep's fastest), then a tune under a profile where trees gain
+#                (GPU_TUNE_PROFILE, default 0.2:0: a tree of 22 accepts ~1.5x the chain's)
 #   pack         $W/results.tgz: what the docs keep of the run
 . "$(dirname "$0")/gpu_lib.sh"
 
@@ -340,6 +344,22 @@ part_fit_split() {
         step "fit-gpu0-c$ctx" 300 $BUUN fit --gpus 0 --ctx "$ctx" --measure --scale full --json
         step "fit-split-c$ctx" 300 $BUUN fit --gpus 0,1 --ctx "$ctx" --measure --scale full --json
     done
+}
+
+part_tune() {
+    local drafter work=(--suite code --mode raw,chat,chat-sampled --prompts 2 --n-predict 128)
+    drafter=$(ls "$BUUN_MODELS_DIR"/synthetic/synth-*-full-dflash-q4_k.gguf)
+    step tune 900 $BUUN tune --target "$TARGET" --drafter "$drafter" --tree-profile calibrated --budget-s 900 \
+        --json --out "$RES/tune"
+    step tune-sweep 900 $BUUN bench --scale full --untuned "${work[@]}" --tree-budget 15,22 --out "$RES/tune-sweep"
+    step tune-sweep8 600 $BUUN bench --scale full --untuned "${work[@]}" --no-ar --tree-budget 0 --draft-max 8 \
+        --out "$RES/tune-sweep8"
+    step tune-vs-sweep 60 python3 scripts/tune_vs_sweep.py "$RES/tune" "$RES/tune-sweep/bench.json" \
+        "$RES/tune-sweep8/bench.json"
+    tail -1 "$RES/tune-vs-sweep.log" | tee -a "$RES/summary.txt"
+    step tune-trees 900 $BUUN tune --target "$TARGET" --drafter "$drafter" --tree-profile "${GPU_TUNE_PROFILE:-0.2:0}" \
+        --budget-s 900 --json --out "$RES/tune-trees"
+    grep -h '"picked"' "$RES/tune/tune.json" "$RES/tune-trees/tune.json" | tee -a "$RES/summary.txt"
 }
 
 part_pack() {

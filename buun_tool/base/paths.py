@@ -106,3 +106,13 @@ def bench_dir() -> Path:
 def systemd_user_dir() -> Path:
     """Where `buun service install` writes systemd user units."""
     return _env_path("XDG_CONFIG_HOME", Path.home() / ".config") / "systemd" / "user"
+
+
+def tuned_dir() -> Path:
+    """`buun tune`'s overlays, one file per recipe and card model (server/tuned.py)."""
+    return state_dir() / "tuned"
+
+
+def tune_runs_dir() -> Path:
+    """The evidence of each `buun tune` run (its bench.json and report), one folder per run."""
+    return data_dir() / "tune"

@@ -91,9 +91,9 @@ def _root(
 
 def _register_all() -> None:
     """Each command group registers its commands, in the order --help lists them."""
-    from buun_tool.cli import fit_cmd, foundation, measure, models, server, setup_cmd, worker
+    from buun_tool.cli import fit_cmd, foundation, measure, models, server, setup_cmd, tune_cmd, worker
 
-    for module in (foundation, models, server, worker, measure, fit_cmd, setup_cmd):
+    for module in (foundation, models, server, worker, measure, tune_cmd, fit_cmd, setup_cmd):
         module.register(app)
 
 

@@ -21,7 +21,9 @@ UrlOpt = Annotated[str | None, typer.Option("--url", help="Benchmark this runnin
                                             show_default=False)]
 SuiteOpt = Annotated[str, typer.Option("--suite", help="Comma-separated: code, math, prose, and long (prompts of "
                                       "about 8K and 30K tokens, -c sized to fit; only when named).")]
-ModeOpt = Annotated[str, typer.Option("--mode", help="raw (/completion), chat (/v1/chat/completions) or both.")]
+ModeOpt = Annotated[str, typer.Option(
+    "--mode", help="Forms of request: raw (/completion), chat (/v1/chat/completions), chat-nothink (the chat "
+    "template with enable_thinking off), chat-sampled (temperature 0.7, top-p 0.95, seeded); comma-separated.")]
 PromptsOpt = Annotated[int, typer.Option("--prompts", min=0, help="Prompts per suite (0: all).")]
 NPredictOpt = Annotated[int, typer.Option("--n-predict", min=1, help="Tokens generated per request.")]
 RepeatsOpt = Annotated[int, typer.Option("--repeats", min=1, help="Requests per prompt.")]
@@ -40,6 +42,9 @@ ConcurrencyOpt = Annotated[str | None, typer.Option(
     "configuration on a server of N slots: per-request and aggregate tok/s, against one slot and against "
     "AR at N.", show_default=False)]
 NoArOpt = Annotated[bool, typer.Option("--no-ar", help="Skip the autoregressive baseline.")]
+UntunedOpt = Annotated[bool, typer.Option(
+    "--untuned", help="DFlash servers run the recipe's settings, not the tune of these models on this card "
+    "(`buun tune`), which they run by default under the options given here.")]
 AgainstOpt = Annotated[Against | None, typer.Option(
     "--against", help="Also run every configuration on unpatched llama.cpp (`buun build --upstream` builds "
     "it), in its spellings and without -cd: both rows, and buun's tok/s over upstream's.",

@@ -17,6 +17,7 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
+from buun_tool.app import tune as tune_app
 from buun_tool.base import console, paths
 from buun_tool.base.console import Table
 from buun_tool.base.errors import BuunError, Exit, UsageError
@@ -38,7 +39,8 @@ def doctor(
     models_dir: ModelsDirOpt = None,
 ) -> None:
     """Check the OS, GPU, toolchain, disk (where the models go) and the vendor/patch/build state."""
-    checks = doctor_stage.run_checks(recipes.load(recipe), paths.models_dir(models_dir), cpu_only=cpu)
+    r, folder = recipes.load(recipe), paths.models_dir(models_dir)
+    checks = [*doctor_stage.run_checks(r, folder, cpu_only=cpu), tune_app.doctor_check(r, folder)]
     if json_out:
         console.print_json(doctor_stage.to_json(checks))
     else:

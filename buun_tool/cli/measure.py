@@ -53,6 +53,7 @@ from buun_tool.cli.bench_options import (
     SyntheticAlOpt,
     TargetOpt,
     TreeBudgetsOpt,
+    UntunedOpt,
     UrlOpt,
 )
 from buun_tool.cli.launch import DraftGpuOpt, GpusOpt, RpcOpt
@@ -128,6 +129,7 @@ def bench_cmd(
     draft_gpu: DraftGpuOpt = None,
     rpc: RpcOpt = None,
     no_ar: NoArOpt = False,
+    untuned: UntunedOpt = False,
     against: AgainstOpt = None,
     ctx: CtxOpt = bench_configs.DEFAULT_CTX,
     draft_max: DraftMaxOpt = None,
@@ -150,7 +152,7 @@ def bench_cmd(
         recipe=recipe, target=target, drafter=drafter, recipe_models=recipe_models, scale=scale,
         models_dir=models_dir, url=url, suite=suite, mode=mode, prompts=prompts, n_predict=n_predict,
         repeats=repeats, synthetic_al=tuple(synthetic_al or ()), al_sweep=al_sweep, tree_budget=tree_budget,
-        concurrency=concurrency, gpus=gpus, draft_gpu=draft_gpu, rpc=rpc, no_ar=no_ar,
+        concurrency=concurrency, gpus=gpus, draft_gpu=draft_gpu, rpc=rpc, no_ar=no_ar, untuned=untuned,
         against=against.value if against else None, ctx=ctx, draft_max=draft_max, host_sampling=host_sampling,
         server_args=server_args, long_tokens=long_tokens, out=out, load_timeout=load_timeout, report=report_,
         report_from=report_from, compare=compare_, bandwidth_gbs=bandwidth_gbs, json_out=json_out)

@@ -85,6 +85,8 @@ def serve(
     spec, key = opts.resolve(api_key, need_models=not print_cmd)
     if print_cmd:  # also before the models exist: the command shows the paths they will have
         console.out.print(spec.launch().display(key), markup=False)
+        if spec.tuned:
+            console.info(f"tuned: {spec.tuned}")
         for problem in spec.missing_files():
             console.warn(f"{problem.message}; {problem.hint}")
         return
@@ -183,6 +185,7 @@ def _print_status(st: control.InstanceStatus) -> None:
     row("endpoint", st.endpoint if live else None)
     row("context", f"{st.context['value']} ({st.context['why']})" if st.context and live else None)
     row("GPUs", devices.describe(st.placement) if st.placement and live else None)
+    _print_tuned(st)
     _print_rpc_placement(st)
     probes = st.probes
     row("health", probes.health if probes else None)
@@ -215,6 +218,19 @@ def _print_status(st: control.InstanceStatus) -> None:
     if r and r.error:
         row("error", r.error.get("message", "").splitlines()[0])
     row("log", r.log if r else None)
+
+
+def _print_tuned(st: control.InstanceStatus) -> None:
+    """The tune the launch applied, and a tune that is stale or new since."""
+    t = st.tuned
+    if not t:
+        return
+    row("tuned", t["applied"] or "no tune applied")
+    if t["stale"] or (t["now"] != t["applied"] and not t["applied"]):
+        row("tune now", t["now"])
+    if t["serves_ar"]:
+        row("drafter", "off: the tune measured AR faster on this card (`buun tune` again, or `-- --spec-type "
+            "dflash` to serve DFlash anyway)")
 
 
 def _print_rpc_placement(st: control.InstanceStatus) -> None:

@@ -35,7 +35,15 @@ import time
 
 from buun_tool.base.errors import UsageError
 from buun_tool.measure.bench_client import check_url, request_body, request_timeout, send
-from buun_tool.measure.bench_prompts import MODES, SUITES, Prompt, chat_text, load_prompts, prompts_from_source
+from buun_tool.measure.bench_prompts import (
+    ALL_MODES,
+    MODES,
+    SUITES,
+    Prompt,
+    chat_text,
+    load_prompts,
+    prompts_from_source,
+)
 from buun_tool.measure.bench_prompts import _humaneval as _humaneval  # reached by the tests
 from buun_tool.measure.bench_provenance import (
     DATASHEET_BANDWIDTH_GBS,
@@ -56,27 +64,32 @@ from buun_tool.pipeline import patches
 __all__ = [
     "DATASHEET_BANDWIDTH_GBS", "FORMAT", "MODES", "SUITES", "BenchOptions", "BenchResult", "ConfigRun", "Group",
     "Prompt", "Sample", "chat_text", "check_url", "concurrency_table", "load_prompts", "per_position",
-    "prompts_from_source", "read_json", "request_body", "request_timeout", "run", "send", "summarize", "table",
-    "tree_verdict", "with_concurrency", "write_chart", "write_json",
+    "prompts_from_source", "read_json", "record", "request_body", "request_timeout", "run", "send", "summarize",
+    "table", "tree_verdict", "with_concurrency", "write_chart", "write_json",
 ]
 
 
 def run(opts: BenchOptions) -> BenchResult:
     """Run every configuration over every suite; summarise."""
     for mode in opts.modes:
-        if mode not in MODES:
-            raise UsageError(f"unknown mode {mode!r}", f"valid: {', '.join(MODES)}")
+        if mode not in ALL_MODES:
+            raise UsageError(f"unknown mode {mode!r}", f"valid: {', '.join(ALL_MODES)}")
     loaded = {s: load_prompts(s, opts.prompts, opts.long_sizes) for s in opts.suites}
     suites = {s: prompts for s, (prompts, _) in loaded.items()}
     if not opts.url:
         patches.rollback_from_env()  # before any server starts: a misspelt value would run the tape
     opts.out_dir.mkdir(parents=True, exist_ok=True)
-    runs = run_servers(suites, opts)
+    return record(opts, {s: src for s, (_, src) in loaded.items()}, suites, run_servers(suites, opts))
+
+
+def record(opts: BenchOptions, sources: dict[str, str], suites: dict[str, list[Prompt]], runs: list[ConfigRun]
+           ) -> BenchResult:
+    """The result of measured runs, with the machine, the builds, the options and the summary rows."""
     options = recorded_options(opts)
     machine = machine_info()
     upstream = any(cfg.build == "upstream" for cfg in opts.configs) and not opts.url
     result = BenchResult(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), machine, llama_cpp_info(upstream),
-                         options, {s: src for s, (_, src) in loaded.items()}, runs,
+                         options, sources, runs,
                          prompts=[p for prompts in suites.values() for p in prompts],
                          limits=limits(opts, machine))
     result.rows = with_concurrency(summarize(runs), runs)

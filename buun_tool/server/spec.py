@@ -18,7 +18,7 @@ from buun_tool.base.errors import BuunError, NotReadyError, UsageError
 from buun_tool.formats import gguf_tools, layout, recipes
 from buun_tool.pipeline import build, convert, patches
 from buun_tool.plan import devices
-from buun_tool.server import addresses, rpc, settings
+from buun_tool.server import addresses, rpc, settings, tuned
 from buun_tool.server.settings import Launch, ServerSettings
 
 DEFAULT_HOST = "127.0.0.1"
@@ -99,12 +99,14 @@ class LaunchSpec:
     rpc_devices: list[dict[str, str]] = field(default_factory=list)
     draft_device: str | None = None
     draft_device_why: str = ""
+    tuned: str | None = None  # the tune's setting and where it came from, or why a tune was not applied
+    serves_ar: bool = False  # a tune found AR faster on this card: no drafter (`draft` kept for a later tune)
 
     @property
     def settings(self) -> ServerSettings:
         """The server's settings as resolve made them (the spec keeps them flat: spec.json)."""
         return ServerSettings(list(self.flags), recipe_flags=list(self.recipe_flags), env=dict(self.env),
-                              placement=self.placement)
+                              placement=self.placement, tuned=self.tuned, drafter=not self.serves_ar)
 
     def launch(self) -> Launch:
         return self.settings.render(self.binary, self.target, self.draft, self.host, self.port, alias=self.recipe)
@@ -135,8 +137,9 @@ class LaunchSpec:
         if not Path(self.binary).is_file():
             missing.append(NotReadyError(f"llama-server is not built yet: {self.binary} does not exist",
                                          "run `buun build` (or `buun setup`, which builds it)"))
-        for role, path, fix, option in (("target model", self.target, "buun pull", "--model"),
-                                        ("drafter", self.draft, "buun convert", "--draft")):
+        roles = (("target model", self.target, "buun pull", "--model"),
+                 *(() if self.serves_ar else (("drafter", self.draft, "buun convert", "--draft"),)))
+        for role, path, fix, option in roles:
             problem = gguf_tools.not_a_file(Path(path), f"the {role} {path}", option)
             if problem:
                 missing.append(problem)
@@ -160,7 +163,7 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
             need_models: bool = True, tree_budget: int | None = None,
             slots: int | None = None, gpus: tuple[int, ...] | None = None,
             draft_gpu: int | None = None, workers: str | None = None,
-            cpu_build: bool | None = None) -> tuple[LaunchSpec, str | None]:
+            cpu_build: bool | None = None, use_tune: bool = True) -> tuple[LaunchSpec, str | None]:
     """A launch spec from a recipe and the command-line options; also the API key to give
     llama-server (`api_key`, which the CLI fills from --api-key or BUUN_API_KEY, else an
     `--api-key` after `--` or in the recipe). No secret flag stays in the spec's flags (see
@@ -171,7 +174,9 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
     `workers` (--rpc) are RPC workers: each must answer now (unless `need_models` is off), and the
     drafter goes where the target's last layers are (with_workers). `cpu_build` says whether the
     server will be a CPU build's where the caller knows better than the binary found now (setup's
-    dry-run: the build its build stage will make)."""
+    dry-run: the build its build stage will make). A fresh tune of the recipe for these cards, build
+    and models (server/tuned.py) is applied between the recipe and the command line, unless
+    `use_tune` is off."""
     from buun_tool.server.instance import check_name
 
     patches.rollback_from_env()  # llama-server would take a misspelt value for the tape without a word
@@ -182,25 +187,29 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
     check_one_split(endpoints, where)
     if cpu_build is None:
         cpu_build = (planned or build.variant_of(binary)) == "cpu"
-    resolved = settings.resolve(recipe, command.parse_args(extra or []), drops or [], "the arguments after `--`",
-                                models_dir, tree_budget, slots, where, endpoints, cpu_build=cpu_build)
-    flags, secrets, context = resolved.flags, resolved.secrets, resolved.context
-    # llama-server opens a key file from its own folder (buun's, when detached), and check_exposure
-    # judges the keys in it from this one: the same file for both, and for a restart from elsewhere
-    flags = [(n, os.path.abspath(v) if v and command.canonical(n) == command.KEY_FILE else v) for n, v in flags]
-    check_port(port)
     from_layout = model is None and draft is None
     if model is None or draft is None:
         find = default_models if need_models else default_paths
         default_target, default_draft = find(recipe, models_dir)
         model, draft = model or default_target, draft or default_draft
+    model, draft = Path(model).expanduser().resolve(), Path(draft).expanduser().resolve()
+    found = tuned.find(recipe.name, where, cpu_build, binary, model, draft) if use_tune else tuned.Found(None)
+    resolved = settings.resolve(recipe, command.parse_args(extra or []), drops or [], "the arguments after `--`",
+                                models_dir, tree_budget, slots, where, endpoints, cpu_build=cpu_build,
+                                tuned=found.fresh)
+    flags, secrets, context = resolved.flags, resolved.secrets, resolved.context
+    # llama-server opens a key file from its own folder (buun's, when detached), and check_exposure
+    # judges the keys in it from this one: the same file for both, and for a restart from elsewhere
+    flags = [(n, os.path.abspath(v) if v and command.canonical(n) == command.KEY_FILE else v) for n, v in flags]
+    check_port(port)
     cards = len(where.gpus) if where else len(nvidia.detect_gpus()) if endpoints and not need_models else 0
     on_workers = with_workers(str(binary), endpoints, flags, need_models, resolved.env, cards) if endpoints else None
     flags = settings.with_draft_device(flags, on_workers.draft_device if on_workers else None)
     spec = LaunchSpec(
         name=check_name(name or recipe.name), recipe=recipe.name, recipe_source=str(recipe.source.resolve()),
         binary=str(binary),
-        target=str(Path(model).expanduser().resolve()), draft=str(Path(draft).expanduser().resolve()),
+        target=str(model), draft=str(draft), tuned=resolved.tuned or (found.status() if found.stale else None),
+        serves_ar=not resolved.drafter,
         host=host, port=port, flags=flags, recipe_flags=resolved.recipe_flags,
         policy=(policy or Policy()).validate(), no_api_key=no_api_key, context=context.to_json(),
         models_dir=str(models_dir) if from_layout else None, env=resolved.env, placement=resolved.placement,
