@@ -63,14 +63,18 @@ def skipped(proc: subprocess.CompletedProcess[str], stage: str) -> bool:
 
 
 def assert_every_stage_has_a_result_line(stderr: str) -> None:
-    """A skipped stage says so; one that ran prints an `ok` line before the next stage starts."""
-    from buun_tool.app.setup import STAGES
+    """A skipped stage says so; one that ran prints an `ok` line before the next stage of its own lane
+    starts (setup.BESIDE: the downloads' lines come between the build's, so there a line of the other
+    lane's may stand for it)."""
+    from buun_tool.app.setup import BESIDE, STAGES
 
     headers = {f"==> {s.name}: {s.what}": s.name for s in STAGES}  # pull's own `==> drafter: ...` is no stage
     headers["==> smoke test:"] = "smoke test"
     starts = sorted((m.start(), headers[m.group(0)])
                     for m in re.finditer("^(" + "|".join(map(re.escape, headers)) + ")", stderr, re.M))
-    segments = {name: stderr[a:b] for (a, name), (b, _) in zip(starts, [*starts[1:], (len(stderr), "")], strict=True)}
+    other = {name: set(BESIDE[1 - i]) for i, lane in enumerate(BESIDE) for name in lane}
+    segments = {name: stderr[a:next((b for b, later in starts if b > a and later not in other.get(name, ())),
+                                    len(stderr))] for a, name in starts}
     for stage in STAGES:
         if f"{stage.name}: current, skipped (" in stderr:
             continue

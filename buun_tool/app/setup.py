@@ -6,19 +6,23 @@ build stamp, the manifests, the drafter folder, the GGUF's provenance), so setup
 plan and the stage's own command always agree. A current stage is skipped; a stale one runs, and
 the plan says why. Stages are atomic on their own (vendor and convert rename finished work into
 place, pull resumes partial files), so a run killed anywhere completes when started again. The
-doctor and serve run every time (serve is a no-op when the same server already runs).
+doctor and serve run every time (serve is a no-op when the same server already runs). The
+downloads run beside the build (BESIDE; side_by_side.py runs the two lanes).
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import requests
 
+from buun_tool.app.downloads import Downloads
+from buun_tool.app.side_by_side import side_by_side
 from buun_tool.base import console, nvidia
 from buun_tool.base.errors import BuunError, Exit, UsageError
 from buun_tool.formats import layout
@@ -46,6 +50,7 @@ class Context:
     no_api_key: bool = False  # serve beyond loopback without a key, on purpose
     extra: list[str] = field(default_factory=list)  # llama-server flags overriding the recipe's
     verbose: bool = False  # stages name what they did one by one (the patch stage: each patch)
+    downloads: Downloads | None = None  # the pull's progress while it runs beside the build (else pull's own)
 
     @property
     def layout(self) -> layout.Layout:
@@ -141,6 +146,11 @@ def _build_plan(ctx: Context) -> build.BuildPlan:
     return build.plan(cpu=ctx.cpu)
 
 
+def _pull(ctx: Context) -> pull.PullResult:
+    bar = ctx.downloads
+    return pull.pull(ctx.recipe, ctx.models_dir, bar=bar, on_plan=bar.planned if bar else None)
+
+
 STAGES: tuple[Stage, ...] = (
     Stage("doctor", "check the OS, GPU, toolchain, disk, GPU memory and that the Hub answers", _doctor),
     Stage("vendor", "fetch the pinned llama.cpp into vendor/llama.cpp", lambda ctx: vendor.vendor(),
@@ -148,8 +158,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("patch", "apply the patch series", _patch, status=lambda ctx: patches.stage_status(), after=("vendor",)),
     Stage("build", "build llama.cpp", lambda ctx: build.build(_build_plan(ctx)),
           status=lambda ctx: build.stage_status(_build_plan(ctx)), after=("vendor", "patch")),
-    Stage("pull", "download the target GGUF, the drafter and the tokenizer",
-          lambda ctx: pull.pull(ctx.recipe, ctx.models_dir),
+    Stage("pull", "download the target GGUF, the drafter and the tokenizer", _pull,
           status=lambda ctx: pull.stage_status(ctx.recipe, ctx.models_dir)),
     Stage("drafter", "copy the tokenizer files into the drafter folder",
           lambda ctx: drafter.prepare(ctx.recipe, ctx.models_dir),
@@ -160,6 +169,14 @@ STAGES: tuple[Stage, ...] = (
           after=("pull", "drafter", "build")),
     Stage("serve", "start the supervised llama-server and wait until it is ready", _serve),
 )
+
+# Two lanes that run side by side, in place of their stretch of STAGES: the downloads (pull, then
+# drafter, which needs nothing but pull) need nothing of vendor -> patch -> build, so a user waits
+# for the longer of the two (~17 GB; 10-20 minutes), not for their sum. The build's lane runs in
+# the main thread, the downloads' in a process of its own (side_by_side.py says why); convert, the
+# next stage, needs both and starts when both are done. Every other stage runs alone, in STAGES'
+# order: a stage added after convert needs no change here.
+BESIDE: tuple[tuple[str, ...], tuple[str, ...]] = (("vendor", "patch", "build"), ("pull", "drafter"))
 
 
 # --- the smoke test and the summary ---------------------------------------------------------
@@ -295,7 +312,16 @@ def plan(ctx: Context) -> list[PlanRow]:
             rows.append(PlanRow(stage.name, "check", stage.what + (" (CPU: no CUDA needed)" if ctx.cpu else "")))
         else:
             rows.append(_stage_row(ctx, stage, [r.stage for r in rows if r.action == "run"]))
-    return rows
+    return _beside(rows)
+
+
+def _beside(rows: list[PlanRow]) -> list[PlanRow]:
+    """The downloads that will run while vendor, patch or build do say so."""
+    building = [r.stage for r in rows if r.stage in BESIDE[0] and r.action == "run"]
+    if not building:
+        return rows
+    return [replace(r, what=f"{r.what} (at the same time as {', '.join(building)})")
+            if r.stage in BESIDE[1] and r.action == "run" else r for r in rows]
 
 
 class Declined(Exception):
@@ -316,17 +342,38 @@ def _confirm(ctx: Context, yes: bool) -> None:
 
 def run(ctx: Context, yes: bool = False) -> tuple[spec_mod.LaunchSpec, Smoke]:
     _confirm(ctx, yes)
-    spec: spec_mod.LaunchSpec | None = None
-    for stage in STAGES:
-        # asked at its turn: the stages before it have done their work
-        status = stage.status(ctx) if stage.status else None
-        if status is not None and status.current:
-            console.ok(f"{stage.name}: current, skipped ({status.detail})")
-            continue
-        console.step(f"{stage.name}: {stage.what}" + (f" ({status.detail})" if status else ""))
-        result = stage.run(ctx)
-        if stage.name == "serve":
-            spec = result
+    spec = run_stages(ctx)["serve"]
     assert spec is not None
     console.step("smoke test: one completion through the server")
     return spec, smoke(spec.url, ctx.api_key)
+
+
+def run_stages(ctx: Context, stages: tuple[Stage, ...] = STAGES) -> dict[str, Any]:
+    """Every stage at its turn, the lanes of BESIDE side by side; what each returned, by name (None:
+    skipped)."""
+    results: dict[str, Any] = {}
+    lanes = [[s for s in stages if s.name in lane] for lane in BESIDE]
+    for stage in stages:
+        if stage.name in results:
+            continue
+        if not any(stage in lane for lane in lanes):
+            results[stage.name] = _run_stage(ctx, stage)
+            continue
+        results.update((s.name, None) for s in (*lanes[0], *lanes[1]))  # they run now, together
+        ctx.downloads = Downloads()
+        try:
+            results.update(side_by_side(*[[(s.name, partial(_run_stage, ctx, s)) for s in lane] for lane in lanes],
+                                        ctx.downloads))
+        finally:
+            ctx.downloads = None
+    return results
+
+
+def _run_stage(ctx: Context, stage: Stage) -> Any:
+    # asked at its turn: the stages before it (in its lane, and those before the lanes) have done their work
+    status = stage.status(ctx) if stage.status else None
+    if status is not None and status.current:
+        console.ok(f"{stage.name}: current, skipped ({status.detail})")
+        return None
+    console.step(f"{stage.name}: {stage.what}" + (f" ({status.detail})" if status else ""))
+    return stage.run(ctx)

@@ -23,12 +23,13 @@ Their names are pull's too: callers say pull.plan_repo, pull.bytes_needed, pull.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from huggingface_hub import HfApi, get_token
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, ProgressColumn, TextColumn, TransferSpeedColumn
 
 from buun_tool.base import console, locks
 from buun_tool.base.errors import BuunError, Exit, NotReadyError
@@ -55,7 +56,7 @@ __all__ = [
     "unchanged", "RepoPlan", "plan_repo", "PARTIAL_DIR", "DISK_RESERVE", "bytes_needed", "stale_partials",
     "disk_hint", "check_disk", "download",
     # the stage's own
-    "ROLES", "require_pulled", "stage_status", "RoleResult", "PullResult", "pull",
+    "ROLES", "require_pulled", "stage_status", "RoleResult", "PullResult", "bar_columns", "pull",
 ]
 
 ROLES = ("target", "drafter", "tokenizer")
@@ -149,16 +150,24 @@ def _offline_result(recipe: Recipe, role: str, folder: Path) -> RoleResult:
     return RoleResult(role, spec.repo, spec.revision, manifest.get("commit"), str(folder), list(spec.files), [], 0)
 
 
+def bar_columns() -> tuple[ProgressColumn, ...]:
+    """The transfer's progress display: a line a file, with its bar, bytes and speed."""
+    return TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn()
+
+
 def pull(recipe: Recipe, models_dir: Path, roles: tuple[str, ...] = ROLES,
-         verify: bool = False, on_plan: Callable[[list[RepoPlan]], None] | None = None) -> PullResult:
-    """Download (or confirm) every file of the recipe's repos for `roles`."""
+         verify: bool = False, on_plan: Callable[[list[RepoPlan]], None] | None = None,
+         bar: Progress | None = None) -> PullResult:
+    """Download (or confirm) every file of the recipe's repos for `roles`. `bar`: the progress the
+    transfer reports to, which its caller shows (setup's, while the build runs); by default pull's
+    own, live on the terminal while it runs."""
     models_dir.mkdir(parents=True, exist_ok=True)
     with locks.models_folder(models_dir):  # two downloads of a file would append to one partial file
-        return _pull(recipe, models_dir, roles, verify, on_plan)
+        return _pull(recipe, models_dir, roles, verify, on_plan, bar)
 
 
 def _pull(recipe: Recipe, models_dir: Path, roles: tuple[str, ...], verify: bool,
-          on_plan: Callable[[list[RepoPlan]], None] | None) -> PullResult:
+          on_plan: Callable[[list[RepoPlan]], None] | None, given: Progress | None) -> PullResult:
     lay = layout.for_recipe(recipe, models_dir)
     if hub_offline():
         results = [_offline_result(recipe, role, lay.role_dir(role)) for role in roles]
@@ -171,8 +180,8 @@ def _pull(recipe: Recipe, models_dir: Path, roles: tuple[str, ...], verify: bool
         on_plan(plans)
     check_disk(plans, lay.root)
     results = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  console=console.err, transient=True) as bar:
+    with (nullcontext(given) if given is not None
+          else Progress(*bar_columns(), console=console.err, transient=True)) as bar:
         for p in plans:
             if p.to_fetch:
                 console.step(f"{p.role}: {p.spec.repo}@{p.commit[:12]}: "
