@@ -76,6 +76,8 @@
 #                sweep of the same configurations and workload (scripts/tune_vs_sweep.py: the tune's
 #                pick against the sweep's fastest), then a tune under a profile where trees gain
 #                (GPU_TUNE_PROFILE, default 0.2:0: a tree of 22 accepts ~1.5x the chain's)
+#   long         `buun bench --suite long` (prompts of 8192 and 30720 tokens) of AR and DFlash at
+#                synthetic AL 7.67, with the step profile: prefill and decode against AR's
 #   pack         $W/results.tgz: what the docs keep of the run
 . "$(dirname "$0")/gpu_lib.sh"
 
@@ -360,6 +362,12 @@ part_tune() {
     step tune-trees 900 $BUUN tune --target "$TARGET" --drafter "$drafter" --tree-profile "${GPU_TUNE_PROFILE:-0.2:0}" \
         --budget-s 900 --json --out "$RES/tune-trees"
     grep -h '"picked"' "$RES/tune/tune.json" "$RES/tune-trees/tune.json" | tee -a "$RES/summary.txt"
+}
+
+part_long() {
+    step long 900 env LLAMA_SPEC_PROFILE=1 $BUUN bench --scale full --suite long --mode raw --synthetic-al 7.67 \
+        --n-predict 256 --out "$RES/long"
+    grep -h "prompt rows before" "$RES"/long/server-*.log | tail -4 | tee -a "$RES/summary.txt"
 }
 
 part_pack() {

@@ -16,6 +16,7 @@ comparisons hold on the CPU build only.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,19 @@ def _healthy(server: Server) -> None:
 def _gen(server: Server, n: int, prompt: list[int] | str = PROMPT, **extra: Any) -> dict[str, Any]:
     # complete() is greedy unless extra says otherwise; EOS is allowed unless ignore_eos is passed
     return server.complete(prompt, n, **{"ignore_eos": False, **extra})
+
+
+def _parted_at_a_near_tie(ar: Server, prompt: list[int], want: list[int], got: list[int],
+                          extra: dict[str, Any]) -> bool:
+    """Whether `got` is AR's `want` up to its first different token, where AR's own two best tokens
+    are those two and lie within TOL_FLOOR of each other in log-probability."""
+    j = next((i for i, (a, b) in enumerate(zip(want, got, strict=False)) if a != b), None)
+    if j is None:
+        return False
+    probe = ar.complete([*prompt, *want[:j]], 1, n_probs=2, **{**extra, "cache_prompt": False})
+    top = probe["completion_probabilities"][0]["top_logprobs"][:2]
+    return ({t["id"] for t in top} == {want[j], got[j]}
+            and abs(top[0]["logprob"] - top[1]["logprob"]) <= TOL_FLOOR)
 
 
 def _accepted(out: dict[str, Any]) -> int:
@@ -223,6 +237,22 @@ def test_the_end_of_the_context(ar: Server, tree: Server) -> None:
     _healthy(tree)
 
 
+def test_a_long_prompt_gives_the_drafter_only_its_window(ar: Server, tree: Server) -> None:
+    """A prompt of 1500 tokens: the drafter reads the features of its window alone (-cd 256), so
+    the prompt's rows before it, with one ubatch of margin, never reach it (patch 0008); the server
+    says how many, the output is AR's and the drafts after the prompt are accepted."""
+    long = [1000 + (13 * i) % 4000 for i in range(1500)]
+    said = "prompt rows before the draft's window were not injected"
+    before = tree.log.read_text(errors="replace").count(said)
+    want = _gen(ar, 32, prompt=long, grammar=TWO, ignore_eos=True)
+    got = _gen(tree, 32, prompt=long, grammar=TWO, ignore_eos=True)
+    assert got["tokens"] == want["tokens"] and _accepted(got) > 0
+    lines = [line for line in tree.log.read_text(errors="replace").splitlines() if said in line]
+    assert len(lines) == before + 1, tree.log_tail()
+    found = re.search(r"(\d+) prompt rows", lines[-1])
+    assert found and 1024 <= int(found.group(1)) <= 1500 - 256 - 64, lines[-1]
+
+
 # odd requests and the answer AR gives them (the DFlash servers must give the same)
 ODD: dict[str, dict[str, Any]] = {
     "empty prompt": {"prompt": ""},
@@ -272,9 +302,11 @@ def test_cancelled_streams_and_more_requests_than_slots(ar: Server, slots4: Serv
             assert set(out["tokens"]) <= {FAV, FAV2}
         if extra.get("logit_bias") == [[84444, False]]:
             assert 84444 not in out["tokens"]
-        # f32 rows round alike in four slots' batches and alone: AR's tokens
+        # AR's tokens, or AR's up to a near-tie: a row of a four-slot batch whose make-up changes
+        # with the requests' timing can round apart from the same row alone (seen twice under load)
         want = _gen(ar, n, prompt=prompt, ignore_eos=True, **{**extra, "cache_prompt": False})
-        assert out["tokens"] == want["tokens"], f"{extra}: the tokens differ from AR's"
+        assert out["tokens"] == want["tokens"] or _parted_at_a_near_tie(ar, prompt, want["tokens"], out["tokens"],
+                                                                        extra), f"{extra}: the tokens differ from AR's"
     _healthy(slots4)
     # a slot whose stream was closed serves the same request as AR afterwards
     again = _gen(slots4, 16, grammar=TWO, ignore_eos=True, cache_prompt=True, id_slot=1)
