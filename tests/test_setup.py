@@ -48,9 +48,12 @@ def setup_env(tiny_hub: FakeHub, tmp_path: Path, llama_bin: Path):
 CPU = [] if os.environ.get("BUUN_TEST_NGL") else ["--cpu"]
 
 
-def run_setup(recipe_file: Path, port: int, *extra: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def run_setup(recipe_file: Path, port: int, *extra: str, timeout: float = 900, tune: bool = False
+              ) -> subprocess.CompletedProcess[str]:
+    """`buun setup`, its tune stage left out unless `tune` (test_setup_runs_then_skips_everything
+    tunes, with a budget of its own)."""
     cmd = [sys.executable, "-m", "buun_tool", "setup", "--recipe-file", str(recipe_file), *CPU, "--yes",
-           "--port", str(port), *extra]
+           "--port", str(port), *([] if tune else ["--no-tune"]), *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
@@ -115,6 +118,20 @@ def test_setup_runs_then_skips_everything(setup_env: tuple[Path, int]) -> None:
     assert "sekrit" not in keyed.stdout + keyed.stderr and 'api_key="<your key>"' in keyed.stdout
     assert requests.post(f"http://127.0.0.1:{port}/completion", json={"prompt": "hi", "n_predict": 1},
                          timeout=60).status_code == 401
+
+    # a tune of the pair (one the budget cuts short), then setup without --no-tune: the tune stage is
+    # current, the server restarts with the pick, and the last line says what it measured here
+    for inst in all_instances():
+        control.stop(inst, 10)
+    tuned = subprocess.run([sys.executable, "-m", "buun_tool", "tune", str(recipe_file), "--budget-s", "1",
+                            "--prompts", "1", "--n-predict", "16", "--json"], capture_output=True, text=True,
+                           timeout=600)
+    assert tuned.returncode == 0, tuned.stderr[-3000:]
+    note = json.loads(tuned.stdout)["tuned"]
+    third = run_setup(recipe_file, port, tune=True)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert skipped(third, "tune") and "measured on this card: " in third.stderr.splitlines()[-1]
+    assert f"tuned on CPU, {note['date']}" in third.stdout
 
 
 def test_interrupted_conversion_resumes(setup_env: tuple[Path, int]) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import requests
 
+from buun_tool.app import tune as tune_app
 from buun_tool.app.downloads import Downloads
 from buun_tool.app.side_by_side import side_by_side
 from buun_tool.base import console, nvidia
@@ -29,7 +30,7 @@ from buun_tool.formats import layout
 from buun_tool.formats.recipes import Recipe
 from buun_tool.pipeline import build, doctor, drafter, patches, pull, vendor
 from buun_tool.pipeline import convert as convert_stage
-from buun_tool.pipeline.stage import StageStatus, stale
+from buun_tool.pipeline.stage import StageStatus, current, stale
 from buun_tool.plan import fit
 from buun_tool.server import control, instance
 from buun_tool.server import spec as spec_mod
@@ -51,6 +52,7 @@ class Context:
     extra: list[str] = field(default_factory=list)  # llama-server flags overriding the recipe's
     verbose: bool = False  # stages name what they did one by one (the patch stage: each patch)
     downloads: Downloads | None = None  # the pull's progress while it runs beside the build (else pull's own)
+    tune: bool = True  # --no-tune: serve the recipe's settings (or an earlier tune's), measure nothing
 
     @property
     def layout(self) -> layout.Layout:
@@ -120,6 +122,25 @@ def _resolve(ctx: Context, need_models: bool = True,
                             need_models=need_models, cpu_build=cpu_build)
 
 
+def _tune_status(ctx: Context) -> StageStatus:
+    if not ctx.tune:
+        return current("--no-tune")
+    return tune_app.stage_status(ctx.recipe, ctx.models_dir)
+
+
+def _tune(ctx: Context) -> tune_app.Outcome:
+    """`buun tune` with its defaults. A server of this recipe still running (an earlier setup's)
+    would share the card with every measured one: it is stopped, and the serve stage starts it
+    again with the pick."""
+    inst = instance.Instance(ctx.recipe.name)
+    if control.status(inst).state not in (State.STOPPED, State.FAILED):
+        console.step(f"stopping {inst.name} while the tune measures")
+        control.stop(inst)
+    outcome = tune_app.tune(tune_app.prepare(ctx.recipe, ctx.models_dir))
+    console.ok(f"tune: {outcome.tuned.note}")
+    return outcome
+
+
 def _serve(ctx: Context) -> spec_mod.LaunchSpec:
     spec, key = _resolve(ctx)
     ctx.api_key = key  # the smoke test's and the summary's: also one after `--` or in the recipe
@@ -167,6 +188,8 @@ STAGES: tuple[Stage, ...] = (
           lambda ctx: convert_stage.convert(ctx.recipe, ctx.models_dir),
           status=lambda ctx: convert_stage.stage_status(ctx.recipe, ctx.models_dir),
           after=("pull", "drafter", "build")),
+    Stage("tune", "measure AR, the chain and trees on this card and keep the fastest (buun tune)", _tune,
+          status=_tune_status, after=("build", "pull", "drafter", "convert")),
     Stage("serve", "start the supervised llama-server and wait until it is ready", _serve),
 )
 
@@ -218,8 +241,9 @@ def summary(spec: spec_mod.LaunchSpec, result: Smoke, has_key: bool = False) -> 
         f"[bold green]buun is serving {spec.recipe}[/]",
         f"  endpoint     {spec.url}  (web chat: {spec.url}/, OpenAI API: {spec.url}/v1)",
         f"  target       {spec.target}",
-        f"  drafter      {spec.draft}",
+        f"  drafter      {'none: the tune measured AR faster on this card' if spec.serves_ar else spec.draft}",
         f"  smoke test   {result.tokens} tokens at {result.tok_per_s:.1f} tok/s, {acc}",
+        *([f"  tuned        {spec.tuned}"] if spec.tuned else []),
         f"  command      {spec.launch().display()}",
         "",
         "  curl:",

@@ -23,7 +23,7 @@ from buun_tool.measure.tune import TuneOptions, TuneResult
 from buun_tool.pipeline import build, doctor
 from buun_tool.pipeline.stage import StageStatus, current, stale
 from buun_tool.plan import devices
-from buun_tool.server import spec, tuned
+from buun_tool.server import control, spec, tuned
 from buun_tool.server.instance import Instance
 from buun_tool.server.state import State
 
@@ -54,10 +54,9 @@ def parse_profile(value: str | None, target: Path) -> str | None:
     return treeprofile.synth_tree_value(treeprofile.Profile(u, top1))
 
 
-def prepare(recipe_ref: str | None, models_dir: Path, target: Path | None = None, drafter: Path | None = None,
+def prepare(r: recipes.Recipe, models_dir: Path, target: Path | None = None, drafter: Path | None = None,
             profile: str | None = None, out: Path | None = None, **options: Any) -> TuneOptions:
     """The tune of the recipe's pair (the files `buun setup` made), or of --target and --drafter."""
-    r = recipes.load(recipe_ref)
     if (target is None) != (drafter is None):
         raise UsageError("--target and --drafter go together", "pass both, or neither for the recipe's pair")
     if target is None or drafter is None:
@@ -72,8 +71,6 @@ def prepare(recipe_ref: str | None, models_dir: Path, target: Path | None = None
 def check_card_free(recipe: recipes.Recipe) -> None:
     """A server of this recipe running now would share the card with every measured one."""
     inst = Instance(recipe.name)
-    from buun_tool.server import control
-
     if control.status(inst).state not in (State.STOPPED, State.FAILED):
         raise UsageError(f"{recipe.name} is being served now: its memory and requests would distort every "
                          "measurement", f"`buun stop {recipe.name}`, then tune (setup stops and restarts it itself)")

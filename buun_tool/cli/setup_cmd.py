@@ -41,6 +41,8 @@ def setup(
                                              "on purpose (else refused).")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Name each patch the patch stage applies.")
                        ] = False,
+    no_tune: Annotated[bool, typer.Option("--no-tune", help="Skip the tune stage (`buun tune`): serve the recipe's "
+                                          "settings, or those of an earlier tune still fresh.")] = False,
 ) -> None:
     """Set up everything and start the server: each stage is skipped when already done.
 
@@ -55,7 +57,8 @@ def setup(
     flags = command.merge(command.recipe_flags(r.server_flags), command.parse_args(extra))
     command.check_exposure(host, flags, api_key, no_api_key)
     context = setup_stage.Context(r, models_dir=paths.models_dir(models_dir), cpu=cpu, host=host, port=port,
-                                  api_key=api_key, no_api_key=no_api_key, extra=extra, verbose=verbose)
+                                  api_key=api_key, no_api_key=no_api_key, extra=extra, verbose=verbose,
+                                  tune=not no_tune)
     if dry_run:
         _print_plan(context)
         return
@@ -65,6 +68,8 @@ def setup(
         console.info("setup cancelled; nothing was changed")
         return
     console.out.print(setup_stage.summary(spec, result, has_key=bool(context.api_key)))
+    if spec.tuned:  # the last word: what this card measured, against AR
+        console.ok(f"measured on this card: {spec.tuned}")
 
 
 def _print_plan(context: setup_stage.Context) -> None:

@@ -76,7 +76,7 @@ def tune_cmd(
     if show:
         _show(r, folder, target, drafter)
         return
-    opts = tune_app.prepare(recipe, folder, target, drafter, tree_profile, out, workload=workload, budget_s=budget_s,
+    opts = tune_app.prepare(r, folder, target, drafter, tree_profile, out, workload=workload, budget_s=budget_s,
                             tree_budgets=tuple(parse_list(tree_budget, "--tree-budget")), prompts=prompts,
                             n_predict=n_predict, long_sizes=tuple(bench_long.parse_sizes(long_tokens)),
                             load_timeout=load_timeout)

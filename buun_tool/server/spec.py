@@ -163,7 +163,7 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
             need_models: bool = True, tree_budget: int | None = None,
             slots: int | None = None, gpus: tuple[int, ...] | None = None,
             draft_gpu: int | None = None, workers: str | None = None,
-            cpu_build: bool | None = None, use_tune: bool = True) -> tuple[LaunchSpec, str | None]:
+            cpu_build: bool | None = None) -> tuple[LaunchSpec, str | None]:
     """A launch spec from a recipe and the command-line options; also the API key to give
     llama-server (`api_key`, which the CLI fills from --api-key or BUUN_API_KEY, else an
     `--api-key` after `--` or in the recipe). No secret flag stays in the spec's flags (see
@@ -175,8 +175,7 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
     drafter goes where the target's last layers are (with_workers). `cpu_build` says whether the
     server will be a CPU build's where the caller knows better than the binary found now (setup's
     dry-run: the build its build stage will make). A fresh tune of the recipe for these cards, build
-    and models (server/tuned.py) is applied between the recipe and the command line, unless
-    `use_tune` is off."""
+    and models (server/tuned.py) is applied between the recipe and the command line."""
     from buun_tool.server.instance import check_name
 
     patches.rollback_from_env()  # llama-server would take a misspelt value for the tape without a word
@@ -193,7 +192,7 @@ def resolve(recipe_ref: str | None, *, models_dir: Path, name: str | None = None
         default_target, default_draft = find(recipe, models_dir)
         model, draft = model or default_target, draft or default_draft
     model, draft = Path(model).expanduser().resolve(), Path(draft).expanduser().resolve()
-    found = tuned.find(recipe.name, where, cpu_build, binary, model, draft) if use_tune else tuned.Found(None)
+    found = tuned.find(recipe.name, where, cpu_build, binary, model, draft)
     resolved = settings.resolve(recipe, command.parse_args(extra or []), drops or [], "the arguments after `--`",
                                 models_dir, tree_budget, slots, where, endpoints, cpu_build=cpu_build,
                                 tuned=found.fresh)
