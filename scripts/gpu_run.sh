@@ -67,6 +67,7 @@
 #                local Hub and tiny pair, converted with this machine's own torch and transformers)
 #   slots-bench  `buun bench --concurrency 4` at synthetic AL 7.67: AR and DFlash with one request at
 #                a time and with four at once on four slots (the issue-24 ratios), with the step profile
+#                (GPU_CONCURRENCY=4,8 adds eight; GPU_SLOTS_PROMPTS, GPU_SLOTS_N: prompts and tokens)
 #   fit-slots    `buun fit --slots N --measure` for 1, 2 and 4 slots: what each slot costs, measured
 #   split        two cards: the harness and the bench with the target split over cards 0 and 1
 #   rpc          two cards: the same with card 1 behind an RPC worker (ggml-rpc-server) on this host
@@ -281,8 +282,9 @@ part_setup() {
 }
 
 part_slots_bench() {
-    step slots-bench 600 env LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" --synthetic-al 7.67 --concurrency 4 \
-        --prompts 4 --n-predict 512 --out "$RES/slots-bench"
+    step slots-bench 600 env LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" --synthetic-al 7.67 \
+        --concurrency "${GPU_CONCURRENCY:-4}" --prompts "${GPU_SLOTS_PROMPTS:-4}" --n-predict "${GPU_SLOTS_N:-512}" \
+        --out "$RES/slots-bench"
 }
 
 part_fit_slots() {
