@@ -132,8 +132,8 @@ def _tune(ctx: Context) -> tune_app.Outcome:
     """`buun tune` with its defaults. A server of this recipe still running (an earlier setup's)
     would share the card with every measured one: it is stopped, and the serve stage starts it
     again with the pick."""
-    inst = instance.Instance(ctx.recipe.name)
-    if control.status(inst).state not in (State.STOPPED, State.FAILED):
+    inst = tune_app.serving(ctx.recipe)
+    if inst is not None:
         console.step(f"stopping {inst.name} while the tune measures")
         control.stop(inst)
     outcome = tune_app.tune(tune_app.prepare(ctx.recipe, ctx.models_dir))

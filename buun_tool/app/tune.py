@@ -68,10 +68,15 @@ def prepare(r: recipes.Recipe, models_dir: Path, target: Path | None = None, dra
     return TuneOptions(r, target, drafter, models_dir, out_dir, profile=parse_profile(profile, target), **options)
 
 
-def check_card_free(recipe: recipes.Recipe) -> None:
-    """A server of this recipe running now would share the card with every measured one."""
+def serving(recipe: recipes.Recipe) -> Instance | None:
+    """The recipe's instance when a server of it runs (or starts) now: it would share the card with
+    every measured one."""
     inst = Instance(recipe.name)
-    if control.status(inst).state not in (State.STOPPED, State.FAILED):
+    return inst if control.status(inst).state not in (State.STOPPED, State.FAILED) else None
+
+
+def check_card_free(recipe: recipes.Recipe) -> None:
+    if serving(recipe) is not None:
         raise UsageError(f"{recipe.name} is being served now: its memory and requests would distort every "
                          "measurement", f"`buun stop {recipe.name}`, then tune (setup stops and restarts it itself)")
 

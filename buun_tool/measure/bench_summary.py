@@ -2,6 +2,7 @@
 acceptance and its ratios (over AR, over upstream's build, over one slot).
 
     summarize(runs) -> rows                    the rows, with speedup and vs_upstream
+    row_of(run, suite, mode, samples) -> row    one row over the samples given (`buun tune`: all of a run's)
     with_concurrency(rows, runs) -> rows        each row's concurrency and aggregate tok/s, and its ratios
 """
 
@@ -17,7 +18,7 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
-def _row(run: ConfigRun, suite: str, mode: str, samples: list[Sample]) -> dict[str, Any]:
+def row_of(run: ConfigRun, suite: str, mode: str, samples: list[Sample]) -> dict[str, Any]:
     steps = sum(s.steps or 0 for s in samples) if all(s.steps is not None for s in samples) else None
     accepted = sum(s.accepted for s in samples)
     n_pos = max((len(s.accepted_per_pos) for s in samples), default=0)
@@ -46,7 +47,7 @@ def summarize(runs: list[ConfigRun]) -> list[dict[str, Any]]:
     for r in runs:
         keys = dict.fromkeys((s.suite, s.mode) for s in r.samples)
         for suite, mode in keys:
-            rows.append(_row(r, suite, mode, [s for s in r.samples if (s.suite, s.mode) == (suite, mode)]))
+            rows.append(row_of(r, suite, mode, [s for s in r.samples if (s.suite, s.mode) == (suite, mode)]))
     ar_names = {r.config.name for r in runs if r.config.name in ("ar", bench_configs.upstream_name("ar"))}
     ar = {(row["build"], row["suite"], row["mode"]): row["decode_tps"] for row in rows if row["config"] in ar_names}
     tps = {(row["config"], row["suite"], row["mode"]): row["decode_tps"] for row in rows}

@@ -28,7 +28,7 @@ from buun_tool.base import command, console
 from buun_tool.base import tree_budget as budgets
 from buun_tool.base.errors import UsageError
 from buun_tool.formats import model_plan, recipes
-from buun_tool.measure import bench, bench_configs, bench_long, treeprofile
+from buun_tool.measure import bench, bench_configs, bench_long, bench_summary, treeprofile
 from buun_tool.measure.bench_configs import Overrides, ServerConfig
 from buun_tool.measure.bench_prompts import GREEDY_MODES, load_prompts
 from buun_tool.measure.bench_run import BenchOptions, ConfigRun, binaries, run_config
@@ -178,14 +178,10 @@ def pick(measured: list[Measured], recipe_n: int, tie: float = TIE) -> tuple[Mea
 
 
 def _aggregate(run: ConfigRun) -> tuple[float | None, float | None, float | None, float | None]:
-    """decode tok/s, prefill tok/s, mean TTFT and mean AL over every request of a run."""
-    s = run.samples
-    dec = sum(x.decode_tokens for x in s) * 1000 / d if (d := sum(x.decode_ms for x in s)) else None
-    pre = sum(x.prompt_tokens for x in s) * 1000 / p if (p := sum(x.prompt_ms for x in s)) else None
-    ttfts = [x.ttft_ms for x in s if x.ttft_ms is not None]
-    steps = sum(x.steps or 0 for x in s) if all(x.steps is not None for x in s) else 0
-    al = 1 + sum(x.accepted for x in s) / steps if steps else None
-    return dec, pre, (sum(ttfts) / len(ttfts) if ttfts else None), al
+    """decode tok/s, prefill tok/s, mean TTFT and mean AL over every request of a run, as bench
+    summarises a suite's (bench_summary.row_of)."""
+    r = bench_summary.row_of(run, "all", "all", run.samples)
+    return r["decode_tps"], r["prompt_tps"], r["ttft_ms"], r["mean_al"]
 
 
 @dataclass
