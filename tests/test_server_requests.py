@@ -16,7 +16,9 @@ comparisons hold on the CPU build only.
 
 from __future__ import annotations
 
+import json
 import re
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -283,27 +285,17 @@ def test_odd_requests_answer_as_ar(ar: Server, tree: Server, slots4: Server, cas
 
 
 
-@pytest.fixture
-def own_slots4(llama_bin: Path, tiny_pair_q4_f32: tuple[Path, Path], tmp_path: Path) -> Iterator[Server]:
-    """Four slots of this test's own: after the constrained and sampled requests of the shared
-    four-slot server, a later greedy request there parted from AR at times (a state one of them
-    leaves behind; seen with the series before and after patch 0008's change, not yet found)."""
-    with llama_server(llama_bin, _spec_args(tiny_pair_q4_f32, 4, "--spec-tree-budget", "22"), tmp_path / "log") as s:
-        yield s
-
-
-def test_cancelled_streams_and_more_requests_than_slots(ar: Server, own_slots4: Server) -> None:
+def test_cancelled_streams_and_more_requests_than_slots(ar: Server, slots4: Server) -> None:
     """Streams closed mid-draft and six requests of mixed settings on four slots at once: each
     finished request keeps its constraints and gives AR's tokens, and the server stays healthy."""
     prompts = [[1000 + (37 * i + 7 * k) % 4000 for i in range(10 + 9 * k)] for k in range(6)]
     settings = [{}, {"grammar": TWO}, {"logit_bias": [[84444, False]]}, {"logit_bias": BOTH},
                 {"n_probs": 2}, {"grammar": TWO, "stop": [PIECE2]}]
     cases = [(prompts[k], 8 + k, {**settings[k], "cache_prompt": bool(k % 2)}) for k in range(6)]
-    calls: list[Callable[[], Any]] = [lambda c=c: _gen(own_slots4, c[1], prompt=c[0], ignore_eos=True, **c[2])
+    calls: list[Callable[[], Any]] = [lambda c=c: _gen(slots4, c[1], prompt=c[0], ignore_eos=True, **c[2])
                                       for c in cases]
     stream = {"prompt": PROMPT, "temperature": 0.0, "grammar": TWO, "timeout": 120}
-    calls += [lambda: stream_then_close(own_slots4, 3, **stream),
-              lambda: stream_then_close(own_slots4, 7, id_slot=1, **stream)]
+    calls += [lambda: stream_then_close(slots4, 3, **stream), lambda: stream_then_close(slots4, 7, id_slot=1, **stream)]
     got = concurrently(calls)
     for (prompt, n, extra), out in zip(cases, got, strict=False):
         if "stop" not in extra:
@@ -317,10 +309,40 @@ def test_cancelled_streams_and_more_requests_than_slots(ar: Server, own_slots4: 
         want = _gen(ar, n, prompt=prompt, ignore_eos=True, **{**extra, "cache_prompt": False})
         assert out["tokens"] == want["tokens"] or _parted_at_a_near_tie(ar, prompt, want["tokens"], out["tokens"],
                                                                         extra), f"{extra}: the tokens differ from AR's"
-    _healthy(own_slots4)
+    _healthy(slots4)
     # a slot whose stream was closed serves the same request as AR afterwards
-    again = _gen(own_slots4, 16, grammar=TWO, ignore_eos=True, cache_prompt=True, id_slot=1)
+    again = _gen(slots4, 16, grammar=TWO, ignore_eos=True, cache_prompt=True, id_slot=1)
     assert again["tokens"] == _gen(ar, 16, grammar=TWO, ignore_eos=True)["tokens"]
+
+
+def test_a_request_pinned_to_a_busy_slot_leaves_the_slot_alone(ar: Server, slots4: Server) -> None:
+    """A request pinned (id_slot) to a slot that serves another waits for it. Upstream's slot
+    selection first ran the prompt cache's update on the busy slot: it saved the running request's
+    state and loaded the cached state of the pinned prompt into the slot's sequence, and the running
+    request went on from there, parting from AR's tokens (the cancelled-streams test's stream pinned
+    to slot 1 did this to the request on it, once earlier requests had cached that stream's prompt).
+    The running request gives AR's tokens, and the pinned one, served after it, AR's."""
+    cached = [2000 + (29 * i) % 3000 for i in range(24)]
+    _gen(slots4, 4, prompt=cached, ignore_eos=True, cache_prompt=True, id_slot=2)
+    _gen(slots4, 4, prompt=[5, 6], ignore_eos=True, cache_prompt=True, id_slot=2)  # `cached` goes to the prompt cache
+    prompt, ban = [1000 + (37 * i) % 4000 for i in range(30)], [[84444, False]]
+    body = {"prompt": prompt, "n_predict": 40, "temperature": 0.0, "top_k": 1, "ignore_eos": True, "logit_bias": ban,
+            "return_tokens": True, "cache_prompt": False, "id_slot": 1, "stream": True}
+    pinned: list[dict[str, Any]] = []
+    side = threading.Thread(target=lambda: pinned.append(
+        _gen(slots4, 4, prompt=cached, ignore_eos=True, cache_prompt=True, id_slot=1)))
+    tokens: list[int] = []
+    with requests.post(slots4.url + "/completion", json=body, stream=True, timeout=300) as r:
+        assert r.status_code == 200, r.text[:300]
+        for line in r.iter_lines():
+            if line.startswith(b"data: "):
+                tokens += json.loads(line[6:]).get("tokens", [])
+                if tokens and side.ident is None:
+                    side.start()  # while the slot generates
+    side.join()
+    assert len(tokens) == 40 and pinned, "the stream ended early or the pinned request was not sent"
+    assert tokens == _gen(ar, 40, prompt=prompt, ignore_eos=True, logit_bias=ban)["tokens"]
+    assert pinned[0]["tokens"] == _gen(ar, 4, prompt=cached, ignore_eos=True)["tokens"]
 
 
 def test_slot_save_names(tree: Server) -> None:
