@@ -112,6 +112,29 @@ def test_concurrent_greedy_requests_equal_ar(ar: Server, llama_bin: Path, tiny_p
         assert timings["predicted_n"] == lengths[k] and timings["draft_n_steps"] > 0
 
 
+def test_prompts_that_start_together_after_a_request_equal_ar(ar: Server, llama_bin: Path,
+                                                              tiny_pair_f32: tuple[Path, Path], tmp_path: Path) -> None:
+    """Slot 1 serves a DFlash request, which ends with a replay pending in its recurrent cell (its
+    last verify's accepted prefix); then one request of two prompts longer than a verify (64 and
+    131 tokens, several ubatches at -ub 64) starts both slots in one batch, whose first ubatch holds
+    32 tokens of each. Each gives AR's tokens. Patch 0011 cleared the pending replay of the zeroed
+    cell only, slot 0's, which slot 1's new sequence starts from too: slot 1's next ubatch replayed
+    the old request's tape onto its prompt (here off AR at generated token 29 on every run). A
+    prompt that fits one ubatch writes a tape of its own over the stale count, so the short prompts
+    of test_concurrent_greedy_requests_equal_ar never met it."""
+    prompts = [_prompt(0, 64), _prompt(1, 131)]
+    with llama_server(llama_bin, _slots_args(tiny_pair_f32, 2, *EXACT), tmp_path / "spec.log") as spec:
+        before = spec.complete(_prompt(2, 23), 24, id_slot=1)
+        # the tasks of one request are queued together and start in the same update, the least
+        # recently used slot first: slot 0 takes the 64 tokens, slot 1 the 131
+        got = spec.complete(prompts, 48)
+    assert _spec_stats(before)[0] > 0, "slot 1 verified no draft: no replay was left pending"
+    assert [(out["index"], out["id_slot"]) for out in got] == [(0, 0), (1, 1)]
+    for prompt, out in zip(prompts, got, strict=True):
+        assert len(out["tokens"]) == 48
+        _greedy_matches(ar, prompt, out["tokens"], _tie_tol())
+
+
 @cpu_exact
 def test_partial_acceptance_on_four_slots_equals_one_slot(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
                                                           tmp_path: Path) -> None:
