@@ -79,6 +79,10 @@
 #                (GPU_TUNE_PROFILE, default 0.2:0: a tree of 22 accepts ~1.5x the chain's)
 #   long         `buun bench --suite long` (prompts of 8192 and 30720 tokens) of AR and DFlash at
 #                synthetic AL 7.67, with the step profile: prefill and decode against AR's
+#   dflash2      the DFlash2 recipe (qwen3.8-27b-dflash2): its full-size synthetic pair (the drafter
+#                as Q4_K and as Q8_0), `buun bench` of AR and DFlash2 at synthetic AL 1 and 6 on this
+#                build and upstream's (`--against upstream`; GPU_UPSTREAM=1 builds it beside build's),
+#                the Q8_0 drafter at AL 6, and tests/test_dflash2.py's harness on CUDA
 #   pack         $W/results.tgz: what the docs keep of the run
 . "$(dirname "$0")/gpu_lib.sh"
 
@@ -243,6 +247,20 @@ part_upstream() {
     cp vendor/build/upstream-cuda/buun-build.json "$RES/buun-build-upstream.json"
     step bench-upstream 1200 $BUUN bench "${BENCH[@]}" --against upstream --report --synthetic-al 1 --synthetic-al 7.67 \
         --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench-upstream"
+}
+
+part_dflash2() {
+    local r=qwen3.8-27b-dflash2 d2=(--scale full --suite code --mode raw --prompts 2 --n-predict 512)
+    step synth-dflash2 600 $BUUN synth $r --scale full --target-type q4_k_m --draft-type q4_k
+    step synth-dflash2-q8 300 $BUUN synth $r --scale full --target-type q4_k_m --draft-type q8_0
+    step bench-dflash2 1200 env LLAMA_SPEC_PROFILE=1 $BUUN bench $r "${d2[@]}" --against upstream --report \
+        --synthetic-al 1 --synthetic-al 6 --out "$RES/bench-dflash2"
+    step bench-dflash2-q8 600 $BUUN bench $r "${d2[@]}" --no-ar --synthetic-al 6 --out "$RES/bench-dflash2-q8" \
+        --target "$BUUN_MODELS_DIR/synthetic/synth-$r-full-q4_k_m.gguf" \
+        --drafter "$BUUN_MODELS_DIR/synthetic/synth-$r-full-dflash-q8_0.gguf"
+    step dflash2-harness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES" dflash2-cuda tests/test_dflash2.py \
+        -k "not setup"
+    tail -1 "$RES/dflash2-cuda.txt" | tee -a "$RES/summary.txt"
 }
 
 part_variants() {

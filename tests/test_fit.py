@@ -78,8 +78,19 @@ class TestComponents:
 
     def test_draft_window_bounds_the_drafter_cache(self, recipe) -> None:
         windowed = replace(CALIBRATION_DFLASH, ctx=65536, draft_ctx=256)
-        assert fit.draft_cells(windowed) == 512  # pad256(256 + ubatch 64)
+        drafter = recipe.geometry_at("full").drafter
+        assert fit.draft_cells(windowed, drafter) == 512  # pad256(256 + ubatch 64)
         assert fit.predict(recipe, windowed).get("drafter_kv") == 5 * 512 * 8 * 128 * 2 * 2
+
+    def test_a_drafter_with_its_own_window_is_planned_in_it(self) -> None:
+        """The DFlash2 recipe sets no -cd: its drafter's trained window (sliding_window 2048) bounds
+        the cache, as llama.cpp's sliding-window cache does; -cd replaces it."""
+        dflash2 = recipes.load("qwen3.8-27b-dflash2")
+        drafter = dflash2.geometry_at("full").drafter
+        f = replace(CALIBRATION_DFLASH, ctx=65536, draft_ctx=None)
+        assert fit.draft_cells(f, drafter) == 2304  # pad256(2048 + ubatch 64)
+        assert fit.draft_cells(replace(f, draft_ctx=256), drafter) == 512
+        assert fit.predict(dflash2, f).get("drafter_kv") == 5 * 2304 * 8 * 128 * 2 * 2
 
     def test_autoregressive_has_no_drafter_and_one_plane(self, recipe) -> None:
         p = fit.predict(recipe, CALIBRATION_AR)

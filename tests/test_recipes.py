@@ -361,10 +361,12 @@ class TestCli:
         assert res.returncode == 0, res.stderr
         lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln) for ln in res.stdout.splitlines()]
         assert "…" not in res.stdout and max(map(len, lines)) <= 40, res.stdout
-        at = lines[0].index(" file") + 1  # the last column: its cell's pieces, top to bottom
-        assert "".join(ln[at:].strip() for ln in lines[1:]) == str(recipes.load().source), res.stdout
+        at = lines[0].index(" file") + 1  # the last column: its cells' pieces, top to bottom
+        shipped = sorted(recipes.load().source.parent.glob("*.yaml"))
+        assert "".join(ln[at:].strip() for ln in lines[1:]) == "".join(map(str, shipped)), res.stdout
         name_at, end = lines[0].index(" name") + 1, lines[0].index(" description")
-        assert recipes.DEFAULT_RECIPE in "".join(ln[name_at:end].strip() for ln in lines[1:]), res.stdout
+        names = "".join(ln[name_at:end].strip() for ln in lines[1:])
+        assert all(p.stem in names for p in shipped) and recipes.DEFAULT_RECIPE in names, res.stdout
 
     def test_a_bad_recipe_file_is_a_usage_error(self, tmp_path: Path):
         path = _write(tmp_path, _set(_shipped(), "drafter.repo", "x"))

@@ -238,6 +238,12 @@ def drafter_plan(geo: DrafterGeometry, target: TargetGeometry, type_name: str, l
     p.add("dflash.rope.dimension_sections", [geo.head_dim // 2, 0, 0, 0])
     p.add("dflash.block_size", geo.block_size)
     p.add("dflash.target_layers", [i + 1 for i in geo.target_layer_ids])
+    if geo.sliding_window:
+        p.add("dflash.attention.sliding_window", geo.sliding_window)
+        p.add("dflash.attention.sliding_window_pattern", [True] * geo.num_hidden_layers)
+    if geo.is_dflash2:
+        p.add_all({"dflash.conv_kernel_size": geo.conv_kernel_size, "dflash.conv_group_size": geo.conv_group_size,
+                   "dflash.selector_rank": geo.selector_rank, "dflash.selector_top_k": geo.selector_top_k})
 
     e, hd = geo.hidden_size, geo.head_dim
     p.matrix("fc.weight", len(geo.target_layer_ids) * e, e, qt)
@@ -255,8 +261,26 @@ def drafter_plan(geo: DrafterGeometry, target: TargetGeometry, type_name: str, l
         p.matrix(b + "ffn_gate.weight", e, geo.intermediate_size, qt)
         p.matrix(b + "ffn_down.weight", geo.intermediate_size, e, qt)
         p.matrix(b + "ffn_up.weight", e, geo.intermediate_size, qt)
+        if geo.is_dflash2:
+            _dflash2_convs(p, b, geo, qt)
     p.vector("output_norm.weight", (e,))
+    if geo.is_dflash2:
+        # the selector: token codebooks (read by get_rows) and the hidden state's gate
+        p.matrix("selector_predecessor.weight", geo.selector_rank, target.vocab_size, qt)
+        p.matrix("selector_successor.weight", geo.selector_rank, target.vocab_size, qt)
+        p.matrix("selector_hidden.weight", e, geo.selector_rank, qt)
     return p
+
+
+def _dflash2_convs(p: ModelPlan, b: str, geo: DrafterGeometry, qt: QT) -> None:
+    """DFlash2's convolution around the attention and the FFN: a base kernel of both sides'
+    taps per channel (f32, as the converter leaves it) and a projection to the dynamic part,
+    one coefficient per tap, group and side."""
+    e = geo.hidden_size
+    projected = 2 * geo.conv_kernel_size * (e // geo.conv_group_size)
+    for part in ("attn", "ffn"):
+        p.vector(f"{b}{part}_conv_base", (e, geo.conv_kernel_size, 2), "normal", 0.5)
+        p.matrix(f"{b}{part}_conv_proj.weight", e, projected, qt)
 
 
 # --- vocabulary ------------------------------------------------------------------------------

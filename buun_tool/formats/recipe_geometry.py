@@ -7,7 +7,14 @@ from __future__ import annotations
 from typing import Any, get_type_hints
 
 from buun_tool.formats.recipe_reader import Reader, is_index
-from buun_tool.formats.recipe_types import FULL, GEOMETRY_ROLES, SPECIAL_TOKENS, Geometry, RecipeError
+from buun_tool.formats.recipe_types import (
+    FULL,
+    GEOMETRY_ROLES,
+    OPTIONAL_DRAFTER_KEYS,
+    SPECIAL_TOKENS,
+    Geometry,
+    RecipeError,
+)
 
 
 class _GeometryReader:
@@ -23,8 +30,13 @@ class _GeometryReader:
             return f"geometry.{self.scale}.{role}.{name}"
         return f"geometry.{role}.{name}"
 
+    def given(self, role: str, name: str) -> bool:
+        return name in (self.overrides.get(role) or {}) or name in (self.r.data["geometry"].get(role) or {})
+
     def value(self, role: str, name: str, kind: Any) -> Any:
         dotted = self.key(role, name)
+        if role == "drafter" and name in OPTIONAL_DRAFTER_KEYS and not self.given(role, name):
+            return 0
         if kind is int:
             v = self.r.get(dotted, int)
             if v <= 0:
@@ -75,7 +87,32 @@ def _geometry_problems(g: Geometry, key: Any) -> list[str]:
          f"{len(SPECIAL_TOKENS)} special tokens from {key('target', 'eos_token_id')} and inside "
          f"{key('target', 'vocab_size')}"),
     )
-    return [f"{key(role, name)}: expected {expected}, got {got!r}" for role, name, got, ok, expected in rules if not ok]
+    problems = [f"{key(role, name)}: expected {expected}, got {got!r}"
+                for role, name, got, ok, expected in rules if not ok]
+    return problems + _dflash2_problems(d, key)
+
+
+def _dflash2_problems(d: Any, key: Any) -> list[str]:
+    """A DFlash2 drafter's rules (pinned llama.cpp, src/models/dflash.cpp's loader): the four keys
+    together, channels in whole groups, and the selector's lattice (top_k candidates and top_k^2
+    transition scores a position) inside one hidden row."""
+    names = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+    given = [n for n in names if getattr(d, n)]
+    if not given:
+        return []
+    if len(given) < len(names):
+        missing = ", ".join(key("drafter", n) for n in names if n not in given)
+        return [f"{missing}: expected with {', '.join(key('drafter', n) for n in given)} (a DFlash2 drafter "
+                "has all four)"]
+    problems = []
+    if d.hidden_size % d.conv_group_size:
+        problems.append(f"{key('drafter', 'conv_group_size')}: expected a divisor of "
+                        f"{key('drafter', 'hidden_size')} ({d.hidden_size}), got {d.conv_group_size}")
+    if d.selector_top_k * (d.selector_top_k + 1) > d.hidden_size:
+        problems.append(f"{key('drafter', 'selector_top_k')}: expected top_k * (top_k + 1) <= "
+                        f"{key('drafter', 'hidden_size')} ({d.hidden_size}): the selector packs its lattice "
+                        f"into one hidden row, got {d.selector_top_k}")
+    return problems
 
 
 def validate_geometry(r: Reader) -> dict[str, Geometry]:

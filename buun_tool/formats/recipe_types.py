@@ -99,6 +99,24 @@ class DrafterGeometry:
     block_size: int
     mask_token_id: int
     target_layer_ids: tuple[int, ...]
+    # DFlash2 (all four set, or none: a DFlash drafter): a dynamic depthwise convolution of
+    # `conv_kernel_size` taps per `conv_group_size` channels around each sublayer, and a selector
+    # that walks the top `selector_top_k` candidates per position through rank-`selector_rank`
+    # transition scores
+    conv_kernel_size: int = 0
+    conv_group_size: int = 0
+    selector_rank: int = 0
+    selector_top_k: int = 0
+    sliding_window: int = 0  # the drafter's own attention window (HF `sliding_window`); 0: none
+
+    @property
+    def is_dflash2(self) -> bool:
+        return self.selector_top_k > 0
+
+
+# The drafter's keys a recipe may leave out: they default to 0 (a DFlash drafter without a window).
+OPTIONAL_DRAFTER_KEYS = frozenset(
+    ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k", "sliding_window"))
 
 
 @dataclass(frozen=True)
@@ -109,7 +127,9 @@ class Geometry:
     drafter: DrafterGeometry
 
     def to_json(self) -> dict[str, dict[str, Any]]:
-        return {"target": asdict(self.target), "drafter": asdict(self.drafter)}
+        # optional keys left unset are left out: a DFlash pair's digests stay what they were
+        drafter = {k: v for k, v in asdict(self.drafter).items() if v or k not in OPTIONAL_DRAFTER_KEYS}
+        return {"target": asdict(self.target), "drafter": drafter}
 
 
 GEOMETRY_ROLES: dict[str, type] = {"target": TargetGeometry, "drafter": DrafterGeometry}

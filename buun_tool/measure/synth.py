@@ -197,7 +197,8 @@ def _add_kv(w: gguf.GGUFWriter, key: str, value: Any) -> None:
     else:
         # typed arrays skip gguf-py's per-item type check (the vocab has 248k entries)
         items = list(value)
-        sub = gguf.GGUFValueType.STRING if isinstance(items[0], str) else gguf.GGUFValueType.INT32
+        sub = (gguf.GGUFValueType.STRING if isinstance(items[0], str) else
+               gguf.GGUFValueType.BOOL if isinstance(items[0], bool) else gguf.GGUFValueType.INT32)
         w.add_key_value(key, items, gguf.GGUFValueType.ARRAY, sub_type=sub)
 
 

@@ -1,6 +1,7 @@
 """The convert stage's check of a GGUF it made: the file read back (gguf_tools' reader, gguf-py's
 format constants) against the two configs: architecture, block size, mask token, tapped layers
-(+1), hidden size, vocabulary size, M-RoPE sections, the exact tensor set and the quant type.
+(+1), hidden size, vocabulary size, M-RoPE sections, a DFlash2 drafter's selector, the exact tensor
+set and the quant type.
 """
 
 from __future__ import annotations
@@ -14,9 +15,17 @@ from buun_tool.formats.gguf_tools import GLOBAL_TENSORS, LAYER_TENSORS, OPTIONAL
 FLOAT_TYPES = ("F32", "F16", "BF16")  # the types the converter writes itself: no llama-quantize
 
 
-def expected_tensors(n_layers: int) -> set[str]:
+# A DFlash2 drafter's own tensors (the pinned llama.cpp's names): the selector's, and per layer the
+# convolutions' base kernels (f32, no `.weight`: llama-quantize leaves them) and projections
+DFLASH2_TENSORS = ("selector_predecessor.weight", "selector_successor.weight", "selector_hidden.weight")
+DFLASH2_LAYER_TENSORS = ("attn_conv_base", "attn_conv_proj.weight", "ffn_conv_base", "ffn_conv_proj.weight")
+
+
+def expected_tensors(n_layers: int, dflash2: bool = False) -> set[str]:
     names = {f"{g}.weight" for g in GLOBAL_TENSORS}
     names |= {f"blk.{i}.{t}.weight" for i in range(n_layers) for t in LAYER_TENSORS}
+    if dflash2:
+        names |= set(DFLASH2_TENSORS) | {f"blk.{i}.{t}" for i in range(n_layers) for t in DFLASH2_LAYER_TENSORS}
     return names
 
 
@@ -44,7 +53,9 @@ def _read_back(f: GgufFile) -> dict[str, Any]:
         "file_type": f.get("general.file_type"),
         "tensor_count": len(f.tensors),
         "tensor_types": dict(sorted(types.items())),
+        "selector_top_k": f.get(f"{arch}.selector_top_k"),
     }
+
 
 
 def verify(path: Path, facts: dict[str, Any], quant: str) -> dict[str, Any]:
@@ -52,7 +63,8 @@ def verify(path: Path, facts: dict[str, Any], quant: str) -> dict[str, Any]:
     with GgufFile(path) as f:
         got = _read_back(f)
         names = {t.name for t in f.tensors}
-        floats = sorted(t.name for t in f.tensors if len(t.dims) >= 2 and t.ggml_type.name in FLOAT_TYPES)
+        floats = sorted(t.name for t in f.tensors if len(t.dims) >= 2 and t.ggml_type.name in FLOAT_TYPES
+                        and not t.name.endswith("_conv_base"))
     want = {
         "architecture": "dflash",
         "block_size": facts["block_size"],
@@ -66,7 +78,9 @@ def verify(path: Path, facts: dict[str, Any], quant: str) -> dict[str, Any]:
     problems = [f"{k}: expected {v!r}, found {got[k]!r}" for k, v in want.items() if got[k] != v]
     if facts.get("target_mrope") and not got["rope_sections"]:
         problems.append("rope.dimension_sections: missing (the target uses M-RoPE)")
-    need = expected_tensors(facts["num_hidden_layers"])
+    if facts.get("selector_top_k") and got["selector_top_k"] != facts["selector_top_k"]:
+        problems.append(f"selector_top_k: expected {facts['selector_top_k']!r}, found {got['selector_top_k']!r}")
+    need = expected_tensors(facts["num_hidden_layers"], bool(facts.get("selector_top_k")))
     if need - names:
         problems.append(f"missing tensors: {', '.join(sorted(need - names))}")
     if names - need - set(OPTIONAL_TENSORS):

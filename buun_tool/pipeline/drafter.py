@@ -238,6 +238,7 @@ def drafter_facts(drafter_cfg: dict[str, Any], target_cfg: dict[str, Any]) -> di
         "target_vocab_size": target.get("vocab_size"),
         "target_mrope": "mrope_section" in rope,
         "dtype": drafter_cfg.get("dtype") or drafter_cfg.get("torch_dtype"),
+        "selector_top_k": dflash.get("selector_top_k") or 0,  # a DFlash2 drafter's selector
     }
 
 

@@ -129,12 +129,13 @@ def predict(recipe: Recipe, flags: FitFlags, scale: str = "full", weights: Weigh
         Component("target_compute", "target compute buffer", target_compute(t, f, cuda), f"-ub {f.ubatch}"),
     ]
     if f.spec:
-        dc = draft_cells(f)
+        dc = draft_cells(f, d)
         comps += [
             Component("drafter_weights", "drafter weights", w.drafter_gpu, "shares the target's embeddings and head"),
             Component("drafter_kv", "drafter KV cache", drafter_kv(d, f),
                       f"{d.num_hidden_layers} layers x {dc} cells, {f.draft_cache_type}"
-                      + (f" (-cd {f.draft_ctx} window)" if f.draft_ctx else "")),
+                      + (f" (-cd {f.draft_ctx} window)" if f.draft_ctx else
+                         f" (its {d.sliding_window}-token window)" if d.sliding_window else "")),
             Component("drafter_compute", "drafter compute buffer", drafter_compute(t, d, f),
                       f"-ub {f.ubatch} x vocab logits"),
             Component("features", "drafter's target features", features(t, d, f),

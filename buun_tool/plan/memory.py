@@ -95,21 +95,23 @@ def recurrent(t: TargetGeometry, f: FitFlags) -> int:
     return f.n_parallel * recurrent_planes(f) * recurrent_plane(t) + recurrent_tape(t, f)
 
 
-def draft_cells(f: FitFlags) -> int:
-    """The drafter's KV cells: the target's, or with -cd N a sliding-window cache of
-    pad256(min(cells, N + ubatch)) per sequence (llama_kv_cache_iswa)."""
+def draft_cells(f: FitFlags, d: DrafterGeometry) -> int:
+    """The drafter's KV cells: the target's, or in a window of N (-cd N, else the drafter's own
+    sliding window) a sliding-window cache of pad256(min(cells, N + ubatch)) per sequence
+    (llama_kv_cache_iswa)."""
     full = cells(f.ctx, f.n_parallel)
-    if not f.draft_ctx:
+    window = f.draft_ctx or d.sliding_window
+    if not window:
         return full
     per_seq = full // f.n_parallel
-    return _pad(min(per_seq, f.draft_ctx + min(f.ubatch, f.batch))) * f.n_parallel
+    return _pad(min(per_seq, window + min(f.ubatch, f.batch))) * f.n_parallel
 
 
 def drafter_kv(d: DrafterGeometry, f: FitFlags) -> int:
     if not f.spec:
         return 0
     row = d.num_key_value_heads * d.head_dim
-    return int(d.num_hidden_layers * draft_cells(f) * row * 2 * kv_type_bytes(f.draft_cache_type))
+    return int(d.num_hidden_layers * draft_cells(f, d) * row * 2 * kv_type_bytes(f.draft_cache_type))
 
 
 # A CUDA build's target compute buffer holds less of a layer's activations than the CPU build's:

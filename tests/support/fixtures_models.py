@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".pytest_cache"
 PAIRS = CACHE / "buun-models"  # the GGUF pairs
 BUILD_WAIT_S = 900  # the longest a worker waits for another to build a cached fixture
+DFLASH2_RECIPE = "qwen3.8-27b-dflash2"
 
 
 @contextmanager
@@ -79,6 +80,15 @@ def tiny_pair_f32() -> tuple[Path, Path]:
     single-token and batched decoding agree to float rounding, so states compare tightly."""
     with one_writer("tiny-pair-f32"):
         return synth.write_pair(recipes.load(), PAIRS / "tiny-f32", scale="tiny", seed=0,
+                                target_type="f32", draft_type="f32")
+
+
+@pytest.fixture(scope="session")
+def tiny_dflash2_pair_f32() -> tuple[Path, Path]:
+    """The DFlash2 recipe's tiny pair (recipes/qwen3.8-27b-dflash2.yaml) with f32 matrices: the
+    same qwen35 target structure and a DFlash2 drafter (the convolutions, the selector, a window)."""
+    with one_writer("tiny-dflash2-f32"):
+        return synth.write_pair(recipes.load(DFLASH2_RECIPE), PAIRS / "tiny-dflash2-f32", scale="tiny", seed=0,
                                 target_type="f32", draft_type="f32")
 
 

@@ -210,8 +210,20 @@ def target_config(geo: dict[str, Any]) -> dict[str, Any]:
 
 
 def drafter_config(geo: dict[str, Any], target_geo: dict[str, Any]) -> dict[str, Any]:
-    """A z-lab style DFlash drafter config.json (a Qwen3 backbone plus dflash_config)."""
+    """A z-lab style DFlash drafter config.json (a Qwen3 backbone plus dflash_config); a DFlash2
+    one (`DFlash2DraftModel`, its convolution and selector settings in dflash_config, sliding
+    window layers) when the geometry has a selector."""
     n_layers = geo["num_hidden_layers"]
+    if geo.get("selector_top_k"):
+        window = geo["sliding_window"]
+        return {**drafter_config({k: v for k, v in geo.items() if k != "selector_top_k"}, target_geo),
+                "architectures": ["DFlash2DraftModel"],
+                "auto_map": {"AutoModel": "dflash2.DFlash2DraftModel"},
+                "dflash_config": {"block_size": geo["block_size"], "mask_token_id": geo["mask_token_id"],
+                                  "target_layer_ids": list(geo["target_layer_ids"]),
+                                  **{k: geo[k] for k in DFLASH2_KEYS}},
+                "layer_types": ["sliding_attention"] * n_layers, "use_sliding_window": bool(window),
+                "sliding_window": window}
     return {
         "architectures": ["DFlashDraftModel"],
         "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
@@ -239,6 +251,10 @@ def drafter_config(geo: dict[str, Any], target_geo: dict[str, Any]) -> dict[str,
         "tie_word_embeddings": False,
         "dtype": "bfloat16",
     }
+
+
+# DFlash2's settings in dflash_config, as the recipe's geometry names them
+DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
 
 
 # --- weights --------------------------------------------------------------------------------
@@ -315,6 +331,25 @@ def drafter_weights(cfg: dict[str, Any], seed: int = 16) -> dict[str, np.ndarray
         w.normal(b + "mlp.gate_proj.weight", ff, h)
         w.normal(b + "mlp.up_proj.weight", ff, h)
         w.normal(b + "mlp.down_proj.weight", h, ff)
+    return w.tensors
+
+
+def drafter2_weights(cfg: dict[str, Any], seed: int = 8) -> dict[str, np.ndarray]:
+    """A DFlash2 drafter: the DFlash layout, a two-sided convolution (base kernel and the
+    projection to its dynamic part) around each layer's attention and MLP, and the selector's
+    token codebooks and hidden projection (the names the pinned converter maps)."""
+    d = cfg["dflash_config"]
+    h, kernel, rank = cfg["hidden_size"], d["conv_kernel_size"], d["selector_rank"]
+    projected = 2 * kernel * (h // d["conv_group_size"])
+    w = _Weights(seed)
+    w.tensors.update(drafter_weights(cfg))
+    for i in range(cfg["num_hidden_layers"]):
+        for part in ("attention_conv", "mlp_conv"):
+            w.normal(f"layers.{i}.{part}.base_kernel", 2, kernel, h, std=0.5)
+            w.normal(f"layers.{i}.{part}.kernel_projection.weight", projected, h)
+    w.normal("candidate_selector.predecessor_codebook", cfg["vocab_size"], rank)
+    w.normal("candidate_selector.successor_codebook", cfg["vocab_size"], rank)
+    w.normal("candidate_selector.hidden_projection.weight", rank, h)
     return w.tensors
 
 
