@@ -12,6 +12,7 @@ from buun_tool.formats.recipe_types import (
     GEOMETRY_ROLES,
     OPTIONAL_DRAFTER_KEYS,
     SPECIAL_TOKENS,
+    DrafterGeometry,
     Geometry,
     RecipeError,
 )
@@ -92,7 +93,7 @@ def _geometry_problems(g: Geometry, key: Any) -> list[str]:
     return problems + _dflash2_problems(d, key)
 
 
-def _dflash2_problems(d: Any, key: Any) -> list[str]:
+def _dflash2_problems(d: DrafterGeometry, key: Any) -> list[str]:
     """A DFlash2 drafter's rules (pinned llama.cpp, src/models/dflash.cpp's loader): the four keys
     together, channels in whole groups, and the selector's lattice (top_k candidates and top_k^2
     transition scores a position) inside one hidden row."""

@@ -57,7 +57,6 @@ def _read_back(f: GgufFile) -> dict[str, Any]:
     }
 
 
-
 def verify(path: Path, facts: dict[str, Any], quant: str) -> dict[str, Any]:
     """Read the GGUF back and compare it with what the configs say; raise with every mismatch."""
     with GgufFile(path) as f:
