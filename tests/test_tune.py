@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from buun_tool.app import tune as tune_app
 from buun_tool.base import command
-from buun_tool.base.errors import UsageError
+from buun_tool.base.errors import Exit, UsageError
 from buun_tool.cli.app import app
 from buun_tool.formats import recipes
 from buun_tool.measure import bench_client, bench_request, treeprofile
@@ -244,3 +244,10 @@ def test_a_tree_that_accepts_more_outruns_the_chain(tiny_pair: tuple[Path, Path]
     assert tree["mean_al"] > 1.5 * chain["mean_al"] and tree["decode_tps"] > chain["decode_tps"]
     fastest = max(out["measured"], key=lambda r: r["decode_tps"])
     assert out["picked"] == fastest["config"] or fastest["decode_tps"] < 1.02 * rows[out["picked"]]["decode_tps"]
+
+
+def test_a_workload_that_is_not_one_is_refused_before_anything_is_looked_for(tmp_path: Path) -> None:
+    """`--workload` is checked first: no models are downloaded here, and the error names the option."""
+    res = CliRunner().invoke(app, ["tune", "--workload", "poetry", "--models-dir", str(tmp_path)])
+    assert res.exit_code == Exit.USAGE, res.output
+    assert "--workload 'poetry': expected one of code, " in res.output and "not downloaded" not in res.output

@@ -57,6 +57,7 @@ def parse_profile(value: str | None, target: Path) -> str | None:
 def prepare(r: recipes.Recipe, models_dir: Path, target: Path | None = None, drafter: Path | None = None,
             profile: str | None = None, out: Path | None = None, **options: Any) -> TuneOptions:
     """The tune of the recipe's pair (the files `buun setup` made), or of --target and --drafter."""
+    measure.check_workload(options.get("workload", "code"))  # a mistyped option before missing files
     if (target is None) != (drafter is None):
         raise UsageError("--target and --drafter go together", "pass both, or neither for the recipe's pair")
     if target is None or drafter is None:

@@ -108,10 +108,14 @@ def context_for(opts: TuneOptions) -> int:
     return bench_configs.DEFAULT_CTX
 
 
+def check_workload(workload: str) -> None:
+    if workload not in WORKLOADS:
+        raise UsageError(f"--workload {workload!r}: expected one of {', '.join(WORKLOADS)}")
+
+
 def plan(opts: TuneOptions) -> Plan:
     """AR, the recipe's chain, the trees the ubatch holds, the shorter chain: in the order measured."""
-    if opts.workload not in WORKLOADS:
-        raise UsageError(f"--workload {opts.workload!r}: expected one of {', '.join(WORKLOADS)}")
+    check_workload(opts.workload)
     overrides = bench_configs.common(context_for(opts))
     n = bench_configs.draft_length(opts.recipe, overrides, opts.models_dir)
     choices = [Choice("ar"), Choice("chain", n)]
