@@ -403,6 +403,34 @@ def _chunked_continuation(server: Server, n_prompt: int, committed: list[int]) -
     return out
 
 
+def _rollback_diffs(ar: Server, spec: Server, prompt: list[int], n: int = N_GEN) -> tuple[float, float, float]:
+    """For one prompt: the controls, AR decoding one token at a time and in verify-sized chunks
+    against the same tokens decoded from scratch; then speculative decoding with random partial
+    acceptance (`spec`, cache kept) against a fresh decode of the tokens it committed."""
+    ar_gen = ar.complete(prompt, n, cache_prompt=True)
+    seq = prompt + ar_gen["tokens"] + [1234]
+    cached = _continuation(ar, seq, True)  # before the fresh run replaces the cache
+    fresh = _continuation(ar, seq, False)
+    incremental = _logprob_diff(fresh, cached)
+    chunked = _logprob_diff(fresh, _chunked_continuation(ar, len(prompt), seq))
+    gen = spec.complete(prompt, n, cache_prompt=True)
+    drafted, accepted = _spec_stats(gen)
+    assert 0 < accepted < drafted, f"need partial acceptance, got {accepted}/{drafted}"
+    seq = prompt + gen["tokens"] + [1234]
+    return incremental, chunked, _logprob_diff(_continuation(ar, seq, False), _continuation(spec, seq, True))
+
+
+def _assert_state_within_noise(diffs: list[tuple[float, float, float]]) -> None:
+    """The states after rollback within NOISE_FACTOR times the controls' largest noise."""
+    incremental, chunked, spec_diff = (list(col) for col in zip(*diffs, strict=True))
+    noise = max(incremental + chunked)
+    print(f"noise: incremental {max(incremental):.3g}, chunked {max(chunked):.3g}; "
+          f"after rollback {max(spec_diff):.3g}")  # for the GPU run's record
+    assert noise <= TOL_CAP, f"decoding noise {noise:.3g} is too large for the harness to judge"
+    tol = max(TOL_FLOOR, NOISE_FACTOR * noise)
+    assert max(spec_diff) <= tol, f"state after rollback differs by {max(spec_diff):.3g} (noise {noise:.3g})"
+
+
 @slow
 @pytest.mark.parametrize("synth", [["--spec-synth-len", "2.5"], ["--spec-synth-len", "6"], TREE],
                          ids=["chain-2.5", "chain-6", "tree-22"])
@@ -415,29 +443,9 @@ def test_rollback_matches_decoding_from_scratch(ar_server: Server, llama_bin: Pa
     log-probability (test-tree-decode's neighbour control)."""
     monkeypatch.setenv("LLAMA_TRACE", "1")
     args = _dflash_args(tiny_pair_f32, "-fa", "on", *synth)
-    incremental, chunked, spec_diff = [], [], []
     with llama_server(llama_bin, args, tmp_path / "synth.log") as spec:
-        for prompt in PROMPTS:
-            # the controls: AR decoding, one token at a time and in verify-sized chunks, against the
-            # same tokens decoded from scratch
-            ar_gen = ar_server.complete(prompt, N_GEN, cache_prompt=True)
-            seq = prompt + ar_gen["tokens"] + [1234]
-            cached = _continuation(ar_server, seq, True)  # before the fresh run replaces the cache
-            fresh = _continuation(ar_server, seq, False)
-            incremental.append(_logprob_diff(fresh, cached))
-            chunked.append(_logprob_diff(fresh, _chunked_continuation(ar_server, len(prompt), seq)))
-            # speculative decoding with random partial acceptance, then the same comparison
-            gen = spec.complete(prompt, N_GEN, cache_prompt=True)
-            drafted, accepted = _spec_stats(gen)
-            assert 0 < accepted < drafted, f"need partial acceptance, got {accepted}/{drafted}"
-            seq = prompt + gen["tokens"] + [1234]
-            spec_diff.append(_logprob_diff(_continuation(ar_server, seq, False), _continuation(spec, seq, True)))
-    noise = max(incremental + chunked)
-    print(f"noise: incremental {max(incremental):.3g}, chunked {max(chunked):.3g}; "
-          f"after rollback {max(spec_diff):.3g}")  # for the GPU run's record
-    assert noise <= TOL_CAP, f"decoding noise {noise:.3g} is too large for the harness to judge"
-    tol = max(TOL_FLOOR, NOISE_FACTOR * noise)
-    assert max(spec_diff) <= tol, f"state after rollback differs by {max(spec_diff):.3g} (noise {noise:.3g})"
+        diffs = [_rollback_diffs(ar_server, spec, prompt) for prompt in PROMPTS]
+    _assert_state_within_noise(diffs)
     if synth is TREE:
         assert _branches_taken(tmp_path / "synth.log") > 0, "no step accepted a branch off the top-1 chain"
 

@@ -32,16 +32,13 @@ from tests.support.real_llama_server import Server, gpu_layers, llama_server
 from tests.support.tiny_checkpoints import TinyModels
 from tests.test_correctness import (
     EXACT,
-    NOISE_FACTOR,
     PROMPTS,
-    TOL_CAP,
-    TOL_FLOOR,
     TREE,
+    _assert_state_within_noise,
+    _base,
     _branches_taken,
-    _chunked_continuation,
-    _continuation,
     _greedy_matches,
-    _logprob_diff,
+    _rollback_diffs,
     _spec_stats,
     _tie_tol,
 )
@@ -59,10 +56,6 @@ LOADED = f"block_size={TINY.block_size}, mask_token_id={TINY.mask_token_id}"
 # Two slots' prompts, each inside one ubatch (tests/test_slots.py's lengths): prompts that span
 # ubatches while the other slot verifies are issue 49's open tape-replay case (its note)
 SHORT = [[1000 + (37 * i + 7 * k) % 4000 for i in range(10 + 9 * k)] for k in range(2)]
-
-
-def _base(target: Path, *extra: str) -> list[str]:
-    return ["-m", str(target), "-np", "1", "-c", "2048", *gpu_layers(), *extra]
 
 
 def _dflash2(pair: tuple[Path, Path], *extra: str, slots: int = 1) -> list[str]:
@@ -107,23 +100,9 @@ def test_the_state_after_dflash2_steps_is_decoding_from_scratch(llama_bin: Path,
     built from the selector's candidates: the trace must show steps that took a branch."""
     monkeypatch.setenv("LLAMA_TRACE", "1")
     target, _ = tiny_dflash2_pair_f32
-    ar_args = _base(target, "-fa", "on", "-ctxcp", "0")
-    noise, diffs = [], []
-    with (llama_server(llama_bin, ar_args, tmp_path / "ar.log") as ar,
+    with (llama_server(llama_bin, _base(target, "-fa", "on", "-ctxcp", "0"), tmp_path / "ar.log") as ar,
           llama_server(llama_bin, _dflash2(tiny_dflash2_pair_f32, "-fa", "on", *synth), tmp_path / "spec.log") as spec):
-        prompt = PROMPTS[1]
-        seq = prompt + ar.complete(prompt, N_GEN, cache_prompt=True)["tokens"] + [1234]
-        cached = _continuation(ar, seq, True)
-        fresh = _continuation(ar, seq, False)
-        noise += [_logprob_diff(fresh, cached), _logprob_diff(fresh, _chunked_continuation(ar, len(prompt), seq))]
-        gen = spec.complete(prompt, N_GEN, cache_prompt=True)
-        drafted, accepted = _spec_stats(gen)
-        assert 0 < accepted < drafted, f"need partial acceptance, got {accepted}/{drafted}"
-        seq = prompt + gen["tokens"] + [1234]
-        diffs.append(_logprob_diff(_continuation(ar, seq, False), _continuation(spec, seq, True)))
-    assert max(noise) <= TOL_CAP, f"decoding noise {max(noise):.3g} is too large for the harness to judge"
-    tol = max(TOL_FLOOR, NOISE_FACTOR * max(noise))
-    assert max(diffs) <= tol, f"state after rollback differs by {max(diffs):.3g} (noise {max(noise):.3g})"
+        _assert_state_within_noise([_rollback_diffs(ar, spec, PROMPTS[1], N_GEN)])
     if synth is TREE:
         assert _branches_taken(tmp_path / "spec.log") > 0, "no step accepted a branch off the selector's walk"
 

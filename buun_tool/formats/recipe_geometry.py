@@ -8,6 +8,7 @@ from typing import Any, get_type_hints
 
 from buun_tool.formats.recipe_reader import Reader, is_index
 from buun_tool.formats.recipe_types import (
+    DFLASH2_KEYS,
     FULL,
     GEOMETRY_ROLES,
     OPTIONAL_DRAFTER_KEYS,
@@ -97,12 +98,11 @@ def _dflash2_problems(d: DrafterGeometry, key: Any) -> list[str]:
     """A DFlash2 drafter's rules (pinned llama.cpp, src/models/dflash.cpp's loader): the four keys
     together, channels in whole groups, and the selector's lattice (top_k candidates and top_k^2
     transition scores a position) inside one hidden row."""
-    names = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
-    given = [n for n in names if getattr(d, n)]
+    given = [n for n in DFLASH2_KEYS if getattr(d, n)]
     if not given:
         return []
-    if len(given) < len(names):
-        missing = ", ".join(key("drafter", n) for n in names if n not in given)
+    if len(given) < len(DFLASH2_KEYS):
+        missing = ", ".join(key("drafter", n) for n in DFLASH2_KEYS if n not in given)
         return [f"{missing}: expected with {', '.join(key('drafter', n) for n in given)} (a DFlash2 drafter "
                 "has all four)"]
     problems = []

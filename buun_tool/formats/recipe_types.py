@@ -114,9 +114,10 @@ class DrafterGeometry:
         return self.selector_top_k > 0
 
 
-# The drafter's keys a recipe may leave out: they default to 0 (a DFlash drafter without a window).
-OPTIONAL_DRAFTER_KEYS = frozenset(
-    ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k", "sliding_window"))
+# A DFlash2 drafter's keys, all four or none; with the window, the drafter's keys a recipe may leave
+# out: they default to 0 (a DFlash drafter without a window).
+DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+OPTIONAL_DRAFTER_KEYS = frozenset((*DFLASH2_KEYS, "sliding_window"))
 
 
 @dataclass(frozen=True)

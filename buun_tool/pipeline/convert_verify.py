@@ -18,7 +18,8 @@ FLOAT_TYPES = ("F32", "F16", "BF16")  # the types the converter writes itself: n
 # A DFlash2 drafter's own tensors (the pinned llama.cpp's names): the selector's, and per layer the
 # convolutions' base kernels (f32, no `.weight`: llama-quantize leaves them) and projections
 DFLASH2_TENSORS = ("selector_predecessor.weight", "selector_successor.weight", "selector_hidden.weight")
-DFLASH2_LAYER_TENSORS = ("attn_conv_base", "attn_conv_proj.weight", "ffn_conv_base", "ffn_conv_proj.weight")
+DFLASH2_F32 = ("attn_conv_base", "ffn_conv_base")
+DFLASH2_LAYER_TENSORS = (*DFLASH2_F32, "attn_conv_proj.weight", "ffn_conv_proj.weight")
 
 
 def expected_tensors(n_layers: int, dflash2: bool = False) -> set[str]:
@@ -63,7 +64,7 @@ def verify(path: Path, facts: dict[str, Any], quant: str) -> dict[str, Any]:
         got = _read_back(f)
         names = {t.name for t in f.tensors}
         floats = sorted(t.name for t in f.tensors if len(t.dims) >= 2 and t.ggml_type.name in FLOAT_TYPES
-                        and not t.name.endswith("_conv_base"))
+                        and not t.name.endswith(DFLASH2_F32))
     want = {
         "architecture": "dflash",
         "block_size": facts["block_size"],

@@ -22,6 +22,7 @@ import numpy as np
 import yaml
 
 from buun_tool.formats import recipes
+from buun_tool.formats.recipe_types import DFLASH2_KEYS  # dflash_config names them so too
 
 # The repos the tests publish the pair under on the fake Hub: the real recipe's names.
 TARGET_REPO, DRAFTER_REPO, TOKENIZER_REPO = "unsloth/Qwen3.5-27B-GGUF", "z-lab/Qwen3.5-27B-DFlash", "Qwen/Qwen3.5-27B"
@@ -251,10 +252,6 @@ def drafter_config(geo: dict[str, Any], target_geo: dict[str, Any]) -> dict[str,
         "tie_word_embeddings": False,
         "dtype": "bfloat16",
     }
-
-
-# DFlash2's settings in dflash_config, as the recipe's geometry names them
-DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
 
 
 # --- weights --------------------------------------------------------------------------------
