@@ -168,6 +168,9 @@ def test_values_that_cannot_be_used_are_refused(tmp_path: Path, dotted: str, val
     assert info.value.message.startswith(f"{path}: {expected}")
 
 
+DFLASH2 = {"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 256, "selector_top_k": 16}
+
+
 @pytest.mark.parametrize(("scale", "role", "changes", "expected"), [
     (None, "drafter", {"hidden_size": 4096},
      "geometry.drafter.hidden_size: expected geometry.target.hidden_size (5120)"),
@@ -180,6 +183,12 @@ def test_values_that_cannot_be_used_are_refused(tmp_path: Path, dotted: str, val
     (None, "target", {"linear_num_value_heads": 40}, "geometry.target.linear_num_value_heads: expected a multiple"),
     (None, "target", {"mrope_section": [11, 11, 11]}, "geometry.target.mrope_section: expected sections summing"),
     (None, "drafter", {"target_layer_ids": [1, 63]}, "geometry.drafter.target_layer_ids: expected layer indices in"),
+    # a DFlash2 drafter's keys: all four, channels in whole groups, the selector's lattice in one row
+    (None, "drafter", {"selector_top_k": 16},
+     "geometry.drafter.conv_kernel_size, geometry.drafter.conv_group_size, geometry.drafter.selector_rank: "
+     "expected with geometry.drafter.selector_top_k"),
+    (None, "drafter", {**DFLASH2, "conv_group_size": 48}, "geometry.drafter.conv_group_size: expected a divisor"),
+    (None, "drafter", {**DFLASH2, "selector_top_k": 72}, "geometry.drafter.selector_top_k: expected top_k * (top_k"),
 ])
 def test_geometry_rules_run_on_load(tmp_path: Path, scale: str | None, role: str, changes: dict[str, Any],
                                     expected: str):
