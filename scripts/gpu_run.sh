@@ -31,8 +31,8 @@
 #                GPU_GDN_SRC (a folder holding a variant's gated_delta_net.cu) the variant's too, and
 #                whether its outputs equal the series' to the bit
 #   tbo-mmqs2    test-backend-ops: the small-batch kernel's MUL_MAT cases of 1-64 columns and the
-#                shared quantizations against the CPU, and its timings at the 27B's FFN shapes (16,
-#                23, 32 and 64 columns)
+#                shared quantizations against the CPU, and its timings at the 27B's FFN shapes (8,
+#                16, 23, 32 and 64 columns)
 #   tbo-ops      test-backend-ops: ARGMAX, TOP_K and CONCAT against the CPU (the series' kernels for
 #                long and short rows), and MUL_MAT at 9-16 columns through MMQ's tiles (the small-batch
 #                kernel off)
@@ -50,6 +50,8 @@
 #   ar           llama-bench tg128 of the target: the run's AR anchor
 #   widths       llama-bench pp N of the target, one sequence: what a forward of N tokens costs (a
 #                chain's verify 16, a budget-22 tree's 23, two slots' 32, four slots' 64)
+#   widths-mmvq  llama-bench pp 1, 2, 4 and 8 of the target: forwards of 2-8 tokens on the small-batch
+#                kernel, then on upstream's MMVQ (GGML_CUDA_MMQ_SMALL=0); one token takes MMVQ in both
 #   bench        `buun bench`: AR, and DFlash chains at synthetic AL 1 / 7.67 / 8.31, with the
 #                per-phase step profile (LLAMA_SPEC_PROFILE=1)
 #   upstream     `buun build --upstream` (the unpatched pin, the same flags), then the bench's
@@ -147,9 +149,9 @@ part_mmqs_bench_86() {
 
 part_tbo_mmqs2() {
     gpu_tbo_build
-    gpu_tbo mmqs2 "" test -o MUL_MAT -p "type_a=q[456]_K,type_b=f32,m=[0-9]+,n=(1|9|16|17|23|32|33|40|48|57|64),"
+    gpu_tbo mmqs2 "" test -o MUL_MAT -p "type_a=q[456]_K,type_b=f32,m=[0-9]+,n=(1|2|5|8|9|16|17|23|32|33|40|48|57|64),"
     gpu_tbo mmqs2-shared "" test -o MUL_MAT_SHARED_SRC1
-    gpu_tbo perf-mmqs2 "" perf -o MUL_MAT -p "type_a=q[46]_K,type_b=f32,m=(17408|5120),n=(16|23|32|64),k=(5120|17408),"
+    gpu_tbo perf-mmqs2 "" perf -o MUL_MAT -p "type_a=q[46]_K,type_b=f32,m=(17408|5120),n=(8|16|23|32|64),k=(5120|17408),"
 }
 
 # the cases patch 0029 adds for the series' other kernels (argmax and top-k of long rows, the
@@ -232,6 +234,15 @@ widths() {
 
 part_widths() {
     widths widths
+}
+
+part_widths_mmvq() {
+    local v
+    for v in 1 0; do
+        step "widths-small$v" 300 env GGML_CUDA_MMQ_SMALL=$v "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -ub 64 \
+            -p 1,2,4,8 -n 0 -r 10
+        grep " pp" "$RES/widths-small$v.log" | tee -a "$RES/summary.txt"
+    done
 }
 
 part_bench() {

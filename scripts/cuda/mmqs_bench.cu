@@ -199,19 +199,20 @@ static void run_read(const char * x, const char * y, float * d, int m, int k, in
     read_matrix<<<nsm*8, 256, 0, st>>>((const uint4 *) x, bytes/16, d);
 }
 
-// nt: the tiles a pass (the layout's groups: layout_groups); maxn: its most columns (3 tiles take
-// one pass only: a pass starts at an even tile)
+// nt: the tiles a pass (the layout's groups: layout_groups); maxn: its most columns (1 and 3 tiles
+// take one pass only: a pass starts at an even tile)
 struct variant { std::string name; launcher fn; int nt; int maxn = 64; };
 
 template <ggml_type type>
 static std::vector<variant> variants() {
     std::vector<variant> v;
-#define MMQS_V(NW, NT) v.push_back({"nt" #NT "-w" #NW, run_kernel<NW, NT, type>, NT, NT == 3 ? 24 : 64})
+#define MMQS_V(NW, NT) v.push_back({"nt" #NT "-w" #NW, run_kernel<NW, NT, type>, NT, NT == 1 ? 8 : NT == 3 ? 24 : 64})
     // the configurations the product launches (3 warps only for Q4_K and Q5_K: Q6_K's kernel spills
     // at 3 warps' 128 registers)
     if constexpr (type != GGML_TYPE_Q6_K) {
-        MMQS_V(3, 2);
+        MMQS_V(3, 1); MMQS_V(3, 2);
     }
+    MMQS_V(4, 1); MMQS_V(8, 1);
     MMQS_V(4, 2); MMQS_V(8, 2);
     MMQS_V(4, 3); MMQS_V(8, 3);
     MMQS_V(4, 4); MMQS_V(8, 4);
@@ -235,7 +236,7 @@ int main(int argc, char ** argv) {
         { GGML_TYPE_Q4_K, 17408, 5120 }, { GGML_TYPE_Q4_K, 5120, 17408 }, { GGML_TYPE_Q6_K, 5120, 17408 },
         { GGML_TYPE_Q4_K, 10240, 5120 },
     };
-    const int ns[] = { 1, 8, 16, 17, 23, 24, 32, 40, 48, 64 };
+    const int ns[] = { 1, 2, 4, 8, 16, 17, 23, 24, 32, 40, 48, 64 };
     launch_timer timer;
     cudaStream_t st = timer.stream;
     printf("type,m,k,n,variant,us,max_err_ref\n");
