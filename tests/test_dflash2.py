@@ -10,6 +10,7 @@ of decoding the same tokens from scratch. The drafter's block of 8 gives verify 
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -18,8 +19,10 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
+from typer.testing import CliRunner
 
 from buun_tool.base import paths
+from buun_tool.cli.app import app
 from buun_tool.formats import layout, recipes
 from buun_tool.formats.gguf_tools import GgufFile
 from buun_tool.server import control
@@ -53,9 +56,9 @@ TINY = recipes.load(DFLASH2_RECIPE).geometry_at("tiny").drafter
 LOADED = f"block_size={TINY.block_size}, mask_token_id={TINY.mask_token_id}"
 
 
-# Two slots' prompts, each inside one ubatch (tests/test_slots.py's lengths): prompts that span
-# ubatches while the other slot verifies are issue 49's open tape-replay case (its note)
-SHORT = [[1000 + (37 * i + 7 * k) % 4000 for i in range(10 + 9 * k)] for k in range(2)]
+# Two slots' prompts that span ubatches (70 and 131 tokens, -ub 64), started together after a request:
+# the case of patch 0011's stale replay (journal section 51)
+LONG = [[1000 + (37 * i + 7 * k) % 4000 for i in range(70 + 61 * k)] for k in range(2)]
 
 
 def _dflash2(pair: tuple[Path, Path], *extra: str, slots: int = 1) -> list[str]:
@@ -77,11 +80,11 @@ def test_the_dflash2_drafter_gives_ars_tokens_on_one_and_two_slots(
     """A request alone, then two at once: both slots' blocks go through the drafter in one decode
     and their verifies through the target in one batch."""
     log = tmp_path / "dflash2.log"
-    prompts = [PROMPTS[2], *SHORT]
+    prompts = [PROMPTS[2], *LONG]
     with llama_server(llama_bin, _dflash2(tiny_dflash2_pair_f32, *EXACT, slots=2), log) as spec:
         alone = spec.complete(prompts[0], N_GEN)
         with ThreadPoolExecutor(2) as pool:
-            together = list(pool.map(lambda p: spec.complete(p, N_GEN), SHORT))
+            together = list(pool.map(lambda p: spec.complete(p, N_GEN), LONG))
     assert LOADED in log.read_text(errors="replace"), "the drafter was not loaded with its block of 8"
     for prompt, got in zip(prompts, [alone, *together], strict=True):
         assert len(got["tokens"]) == N_GEN
@@ -161,3 +164,18 @@ def test_setup_of_the_dflash2_recipe_serves_its_drafter(dflash2_recipe_file: Pat
                             "--force"], capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert hashlib.sha256(gguf.read_bytes()).hexdigest() == first, "a second conversion gave other bytes"
+
+
+def test_buun_tune_measures_the_dflash2_recipe(tiny_dflash2_pair_f32: tuple[Path, Path], llama_bin: Path) -> None:
+    """`buun tune qwen3.8-27b-dflash2` plans from the recipe's draft length (7, block 8): AR and the
+    chain of 7 always run; with a 1 s budget the trees and the shorter chain are cut and named; the
+    pick is kept for this recipe, beside its evidence."""
+    target, drafter = tiny_dflash2_pair_f32
+    res = CliRunner().invoke(app, ["tune", DFLASH2_RECIPE, "--target", str(target), "--drafter", str(drafter),
+                                   "--prompts", "1", "--n-predict", "32", "--tree-profile", "1:0",
+                                   "--budget-s", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert [r["config"] for r in out["measured"]] == ["ar", "dflash-chain7"]
+    assert out["cut"] == ["tree budget 15", "tree budget 22", "chain of 4"]
+    assert out["tuned"]["key"]["recipe"] == DFLASH2_RECIPE and Path(out["files"]["bench"]).is_file()
