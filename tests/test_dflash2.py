@@ -130,8 +130,7 @@ def dflash2_recipe_file(fake_hub: FakeHub, tiny_models_built: TinyModels, tmp_pa
     fake_hub.add_repo(TOKENIZER2, {p.name: p for p in sorted(tiny_models_built.tokenizer_dir.iterdir())})
     data = yaml.safe_load(recipes.load(DFLASH2_RECIPE).source.read_text())
     data["target"]["gguf"] = gguf_name
-    data["expect"] = {"block_size": geo["block_size"], "mask_token_id": geo["mask_token_id"],
-                      "target_layer_ids": geo["target_layer_ids"], "hidden_size": geo["hidden_size"]}
+    data["expect"] = tiny_checkpoints.expect_block(geo)
     path = tmp_path / f"{DFLASH2_RECIPE}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

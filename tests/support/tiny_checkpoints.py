@@ -392,18 +392,23 @@ class TinyModels:
 
 # --- a recipe for the pair ------------------------------------------------------------------
 
+def expect_block(drafter_geo: dict[str, Any]) -> dict[str, Any]:
+    """A recipe's `expect` section for a drafter geometry (as Geometry.to_json gives it): what the
+    convert stage checks the drafter's config against."""
+    return {"block_size": drafter_geo["block_size"], "mask_token_id": drafter_geo["mask_token_id"],
+            "target_layer_ids": list(drafter_geo["target_layer_ids"]), "hidden_size": drafter_geo["hidden_size"]}
+
+
 def write_recipe(path: Path, **overrides: Any) -> Path:
     """A recipe for the tiny pair on the fake Hub; `overrides` replace top-level sections."""
     base = yaml.safe_load(recipes.load().source.read_text())
-    drafter_geo = recipes.load().geometry_at("tiny").drafter
     data = {
         **base,
         "name": "tiny-dflash",
         "description": "the tiny random-weight pair of the tests",
         "target": {"repo": TARGET_REPO, "revision": "main", "gguf": TARGET_GGUF},
         "drafter": {"repo": DRAFTER_REPO, "revision": "main", "files": ["config.json", "model.safetensors"]},
-        "expect": {"block_size": drafter_geo.block_size, "mask_token_id": drafter_geo.mask_token_id,
-                   "target_layer_ids": list(drafter_geo.target_layer_ids), "hidden_size": drafter_geo.hidden_size},
+        "expect": expect_block(recipes.load().geometry_at("tiny").to_json()["drafter"]),
         **overrides,
     }
     path.write_text(yaml.safe_dump(data, sort_keys=False))
