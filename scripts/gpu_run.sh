@@ -85,6 +85,7 @@
 #                as Q4_K and as Q8_0), `buun bench` of AR and DFlash2 at synthetic AL 1 and 6 on this
 #                build and upstream's (`--against upstream`; GPU_UPSTREAM=1 builds it beside build's),
 #                the Q8_0 drafter at AL 6, and tests/test_dflash2.py's harness on CUDA
+#   dflash2-harness  tests/test_dflash2.py's harness on CUDA alone (no synthetic pair)
 #   pack         $W/results.tgz: what the docs keep of the run
 . "$(dirname "$0")/gpu_lib.sh"
 
@@ -269,6 +270,10 @@ part_dflash2() {
     step bench-dflash2-q8 600 $BUUN bench $r "${d2[@]}" --no-ar --synthetic-al 6 --out "$RES/bench-dflash2-q8" \
         --target "$BUUN_MODELS_DIR/synthetic/synth-$r-full-q4_k_m.gguf" \
         --drafter "$BUUN_MODELS_DIR/synthetic/synth-$r-full-dflash-q8_0.gguf"
+    part_dflash2_harness
+}
+
+part_dflash2_harness() {
     step dflash2-harness 900 bash scripts/gpu_correctness.sh "$BIN" "$RES" dflash2-cuda tests/test_dflash2.py \
         -k "not setup"
     tail -1 "$RES/dflash2-cuda.txt" | tee -a "$RES/summary.txt"
