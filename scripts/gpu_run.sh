@@ -86,6 +86,7 @@
 #                build and upstream's (`--against upstream`; GPU_UPSTREAM=1 builds it beside build's),
 #                the Q8_0 drafter at AL 6, and tests/test_dflash2.py's harness on CUDA
 #   dflash2-harness  tests/test_dflash2.py's harness on CUDA alone (no synthetic pair)
+#   tune-dflash2 `buun tune` of the DFlash2 recipe on its full-size synthetic pair
 #   pack         $W/results.tgz: what the docs keep of the run
 . "$(dirname "$0")/gpu_lib.sh"
 
@@ -398,6 +399,15 @@ part_tune() {
     step tune-trees 900 $BUUN tune --target "$TARGET" --drafter "$drafter" --tree-profile "${GPU_TUNE_PROFILE:-0.2:0}" \
         --budget-s 900 --json --out "$RES/tune-trees"
     grep -h '"picked"' "$RES/tune/tune.json" "$RES/tune-trees/tune.json" | tee -a "$RES/summary.txt"
+}
+
+# `buun tune` of the DFlash2 recipe on its full-size synthetic pair (GPU_TUNE_BUDGET_S: its budget)
+part_tune_dflash2() {
+    local r=qwen3.8-27b-dflash2 d=$BUUN_MODELS_DIR/synthetic
+    step synth-dflash2 600 $BUUN synth $r --scale full --target-type q4_k_m --draft-type q4_k
+    step tune-dflash2 900 $BUUN tune $r --target "$d/synth-$r-full-q4_k_m.gguf" \
+        --drafter "$d/synth-$r-full-dflash-q4_k.gguf" --budget-s "${GPU_TUNE_BUDGET_S:-300}" --json --out "$RES/tune-dflash2"
+    tail -3 "$RES/tune-dflash2.log" | tee -a "$RES/summary.txt"
 }
 
 part_long() {

@@ -20,3 +20,6 @@ echo "[$(date +%T)] mmqs-bench-86 rc=$?" >> "$RES/summary.txt"
 wait $main
 bash scripts/gpu_run.sh pack
 echo "ALLDONE" >> "$RES/summary.txt"
+# the second call, in the same lease, on a fresh copy with the sm_90 lean build: `buun tune` of the
+# DFlash2 recipe on its full-size synthetic pair (summary.txt's second part, tune-dflash2/tune.json):
+# W=/tmp/buun-gpu2 GPU_TUNE_BUDGET_S=240 bash scripts/gpu_run.sh build-lean tune-dflash2 pack
