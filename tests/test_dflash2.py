@@ -131,6 +131,7 @@ def dflash2_recipe_file(fake_hub: FakeHub, tiny_models_built: TinyModels, tmp_pa
     data = yaml.safe_load(recipes.load(DFLASH2_RECIPE).source.read_text())
     data["target"]["gguf"] = gguf_name
     data["expect"] = tiny_checkpoints.expect_block(geo)
+    data["geometry"] = tiny_checkpoints.tiny_as_full(data, recipes.load(DFLASH2_RECIPE))
     path = tmp_path / f"{DFLASH2_RECIPE}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

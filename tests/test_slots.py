@@ -196,7 +196,9 @@ def test_device_features_of_two_slots_draft_as_host_features(llama_bin: Path, ti
     range of the capture. The second request starts a second later, so some batches hold one slot's
     verify and the other's prompt tail, which the memory splits into two ubatches: those go
     through the host. Every slot's draft candidates and tokens must be the host path's
-    (LLAMA_DFLASH_DEVICE_FEATURES=0), and batches of both slots must have been captured."""
+    (LLAMA_DFLASH_DEVICE_FEATURES=0), and batches of both slots must have been captured. The second
+    request starts once the first has drafted (not after a fixed delay, which a fast model outran:
+    the first request was done before the second came)."""
     prompts = [_prompt(0, 10), _prompt(1, 30)]
     args = _slots_args(tiny_pair_f32, 2, *SYNTH, "-v")
     runs = {}
@@ -204,8 +206,11 @@ def test_device_features_of_two_slots_draft_as_host_features(llama_bin: Path, ti
         monkeypatch.setenv("LLAMA_DFLASH_DEVICE_FEATURES", device)
         log = tmp_path / f"features-{device}.log"
         with llama_server(llama_bin, args, log) as spec:
+            def drafting(log: Path = log) -> bool:
+                return any(m.group(1) == "0" for m in CANDIDATE.finditer(log.read_text(errors="replace")))
+
             tokens = concurrently([lambda k=k: spec.complete(prompts[k], 80, seed=3 + k, id_slot=k)["tokens"]
-                                    for k in range(2)], stagger=1.0)
+                                    for k in range(2)], after_first=(drafting, "the first request's drafts"))
         captured = {int(n) for n in DEVICE_ROWS.findall(log.read_text(errors="replace"))}
         runs[device] = (tokens, _candidates(log), captured)
     assert 2 * 16 in runs["1"][2], f"no verify batch of both slots was captured: {sorted(runs['1'][2])}"

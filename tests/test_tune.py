@@ -252,3 +252,17 @@ def test_a_workload_that_is_not_one_is_refused_before_anything_is_looked_for(tmp
     res = CliRunner().invoke(app, ["tune", "--workload", "poetry", "--models-dir", str(tmp_path)])
     assert res.exit_code == Exit.USAGE, res.output
     assert "--workload 'poetry': expected one of code, " in res.output and "not downloaded" not in res.output
+
+
+def test_the_models_given_are_files_that_are_there(tmp_path: Path) -> None:
+    """--target and --drafter are checked as bench checks them, before anything is measured: a
+    folder is named a folder, a missing file missing, and one without the other is refused."""
+    gguf = tmp_path / "t.gguf"
+    gguf.write_bytes(b"GGUF")
+    for args, said in ((["--target", str(tmp_path), "--drafter", str(gguf)], f"--target {tmp_path} is a folder"),
+                       (["--target", str(gguf), "--drafter", str(tmp_path / "no.gguf")],
+                        f"--drafter {tmp_path / 'no.gguf'} does not exist"),
+                       (["--target", str(gguf)], "--target and --drafter go together")):
+        res = CliRunner().invoke(app, ["tune", "--models-dir", str(tmp_path), *args])
+        assert res.exit_code == Exit.USAGE, res.output
+        assert said in " ".join(res.output.split()), res.output

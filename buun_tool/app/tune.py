@@ -16,7 +16,7 @@ from typing import Any
 
 from buun_tool.base import console, paths
 from buun_tool.base.errors import NotReadyError, UsageError
-from buun_tool.formats import recipes
+from buun_tool.formats import gguf_tools, recipes
 from buun_tool.measure import bench, report, treeprofile
 from buun_tool.measure import tune as measure
 from buun_tool.measure.tune import TuneOptions, TuneResult
@@ -63,8 +63,7 @@ def prepare(r: recipes.Recipe, models_dir: Path, target: Path | None = None, dra
     if target is None or drafter is None:
         target, drafter = spec.default_models(r, models_dir)
     for option, path in (("--target", target), ("--drafter", drafter)):
-        if not path.is_file():
-            raise UsageError(f"{option} {path} does not exist", "pass the path of an existing GGUF")
+        gguf_tools.check_given(option, path)
     out_dir = out or paths.tune_runs_dir() / f"{r.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     return TuneOptions(r, target, drafter, models_dir, out_dir, profile=parse_profile(profile, target), **options)
 

@@ -123,6 +123,16 @@ def not_a_file(path: Path, label: str, option: str | None = None) -> UsageError 
     return None
 
 
+def check_given(option: str, path: Path) -> None:
+    """A GGUF passed with `option` (--target, --drafter) is a file that is there, else the error
+    that says which and what to pass."""
+    problem = not_a_file(path, f"{option} {path}", option)
+    if problem:
+        raise problem
+    if not path.is_file():
+        raise UsageError(f"{option} {path} does not exist", "pass the path of an existing GGUF")
+
+
 class GgufFile:
     """A GGUF file opened read-only through mmap: key/values and tensor infos."""
 

@@ -14,6 +14,7 @@ from buun_tool.formats.gguf_file import (
     GgufFile,
     Kv,
     TensorInfo,
+    check_given,
     not_a_file,
     read_gguf,
     tensor_nbytes,
@@ -33,7 +34,8 @@ from buun_tool.formats.gguf_write import encode_value, write_gguf
 
 __all__ = [
     # gguf_file.py
-    "GGUF_VERSIONS", "MAX_DIMS", "GgufFile", "Kv", "TensorInfo", "not_a_file", "read_gguf", "tensor_nbytes",
+    "GGUF_VERSIONS", "MAX_DIMS", "GgufFile", "Kv", "TensorInfo", "check_given", "not_a_file", "read_gguf",
+    "tensor_nbytes",
     # gguf_write.py
     "encode_value", "write_gguf",
     # gguf_inspect.py

@@ -115,13 +115,8 @@ def _check_models(target: Path | None, drafter: Path | None, url: str | None) ->
         raise UsageError("--drafter needs --target: without one, bench runs buun synth's pair, drafter included",
                          "pass --target TARGET.gguf too, or leave out --drafter")
     for option, path in (("--target", target), ("--drafter", drafter)):
-        if path is None:
-            continue
-        problem = gguf_tools.not_a_file(path, f"{option} {path}", option)
-        if problem:
-            raise problem
-        if not path.is_file():
-            raise UsageError(f"{option} {path} does not exist", "pass the path of an existing GGUF")
+        if path is not None:
+            gguf_tools.check_given(option, path)
 
 
 def _workers(value: str, recipe: recipes.Recipe, where: devices.Placement | None,

@@ -70,13 +70,23 @@ def llama_server(bin_dir: Path, args: list[str], log: Path, ready_timeout: float
         yield Server(local.url, log)
 
 
-def concurrently(calls: list[Callable[[], Any]], stagger: float = 0.0) -> list[Any]:
-    """Run each call on a thread of its own (call i starts i * stagger seconds after the first);
-    their results in order. An exception in a call fails the test with it."""
+def concurrently(calls: list[Callable[[], Any]], stagger: float = 0.0,
+                 after_first: tuple[Callable[[], object], str] | None = None) -> list[Any]:
+    """Run each call on a thread of its own (call i starts i * stagger seconds after the first, or,
+    with `after_first` = (condition, what), once the condition holds: a state the first call has
+    reached, however fast the machine); their results in order. An exception in a call fails the
+    test with it."""
     results: list[Any] = [None] * len(calls)
     errors: list[BaseException] = []
 
     def run(i: int) -> None:
+        if i and after_first:
+            deadline = time.monotonic() + 120
+            while not after_first[0]():
+                if time.monotonic() > deadline:
+                    errors.append(AssertionError(f"still waiting after 120 s for {after_first[1]}"))
+                    return
+                time.sleep(0.005)
         time.sleep(i * stagger)
         try:
             results[i] = calls[i]()

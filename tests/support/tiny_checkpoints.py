@@ -399,6 +399,13 @@ def expect_block(drafter_geo: dict[str, Any]) -> dict[str, Any]:
             "target_layer_ids": list(drafter_geo["target_layer_ids"]), "hidden_size": drafter_geo["hidden_size"]}
 
 
+def tiny_as_full(data: dict[str, Any], recipe: recipes.Recipe) -> dict[str, Any]:
+    """A recipe's geometry section whose full geometry is its tiny one: setup's doctor sizes the
+    free disk it asks for by the full geometry (doctor.disk_needed: 25.7 GiB for the default
+    recipe), and a test's recipe writes tiny models, so it asks for what they take."""
+    return {**recipe.geometry_at("tiny").to_json(), "tiny": data["geometry"]["tiny"]}
+
+
 def write_recipe(path: Path, **overrides: Any) -> Path:
     """A recipe for the tiny pair on the fake Hub; `overrides` replace top-level sections."""
     base = yaml.safe_load(recipes.load().source.read_text())
@@ -409,6 +416,7 @@ def write_recipe(path: Path, **overrides: Any) -> Path:
         "target": {"repo": TARGET_REPO, "revision": "main", "gguf": TARGET_GGUF},
         "drafter": {"repo": DRAFTER_REPO, "revision": "main", "files": ["config.json", "model.safetensors"]},
         "expect": expect_block(recipes.load().geometry_at("tiny").to_json()["drafter"]),
+        "geometry": tiny_as_full(base, recipes.load()),
         **overrides,
     }
     path.write_text(yaml.safe_dump(data, sort_keys=False))
