@@ -48,14 +48,28 @@ lint: install
 # says how long it took. `check` runs its tests in CHECK_JOBS processes (pytest-xdist; 1 runs them
 # in this one): they start no llama-server, so two processes on two cores do not starve each other.
 CHECK_JOBS ?= 2
+# one shell line each, shared by `check` and `test` (no recursive make: `make -n` must run nothing)
+CHECK_TIER = start=$$(date +%s); $(PYTHON) -m pytest -q -m "not slow" \
+	  $(if $(filter-out 1,$(CHECK_JOBS)),-n $(CHECK_JOBS)) --durations=5; rc=$$?; \
+	  echo "tier check: $$(( $$(date +%s) - start )) s"
+SLOW_TIER = start=$$(date +%s); $(PYTHON) -m pytest -q -m slow --durations=15; rc=$$?; \
+	  echo "tier slow: $$(( $$(date +%s) - start )) s"
 check: lint                           ## lint, then the tests that need no llama.cpp build (a few minutes)
-	@start=$$(date +%s); $(PYTHON) -m pytest -q -m "not slow" $(if $(filter-out 1,$(CHECK_JOBS)),-n $(CHECK_JOBS)) \
-	  --durations=5; rc=$$?; \
-	  echo "tier check: $$(( $$(date +%s) - start )) s"; exit $$rc
+	@$(CHECK_TIER); exit $$rc
 
-test: check                           ## the whole suite: `check`, then the tests that run the CPU build
-	@start=$$(date +%s); $(PYTHON) -m pytest -q -m slow --durations=15; rc=$$?; \
-	  echo "tier slow: $$(( $$(date +%s) - start )) s"; exit $$rc
+# `test` starts the upstream build that the slow tier's `--against upstream` tests need
+# (tests/support/fixtures_upstream_build.py; a no-op when its stamp is current) at nice 19 beside
+# both tiers: they leave the cores idle about a quarter of the time (waits on servers, processes,
+# files), and its compiles take those cycles. Its tests run last (tests/conftest.py); their fixture
+# waits on the build folder's lock, so a build still running is finished there, never made twice.
+# It stays in this session: a process in a session of its own (setsid) is a scheduling group of its
+# own under the kernel's autogroups, and nice then no longer yields to the tests.
+UPSTREAM_LOG = .pytest_cache/upstream-build.log
+test: lint                            ## the whole suite: `check`, then the tests that run the CPU build
+	@mkdir -p .pytest_cache; nice -n 19 $(PYTHON) -m tests.support.fixtures_upstream_build --own-group \
+	  > $(UPSTREAM_LOG) 2>&1 & bg=$$!; \
+	  $(CHECK_TIER); [ $$rc != 0 ] || { $(SLOW_TIER); }; \
+	  kill -- -$$bg 2>/dev/null; wait $$bg 2>/dev/null; exit $$rc
 
 clean-build:
 	rm -rf vendor/build

@@ -193,12 +193,11 @@ def _candidates(log: Path, start: int = 0) -> dict[str, list[str]]:
 def test_device_features_of_two_slots_draft_as_host_features(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Patch 0014: a verify batch of two slots keeps its features on the device, each slot's rows a
-    range of the capture. The second request starts a second later, so some batches hold one slot's
-    verify and the other's prompt tail, which the memory splits into two ubatches: those go
-    through the host. Every slot's draft candidates and tokens must be the host path's
-    (LLAMA_DFLASH_DEVICE_FEATURES=0), and batches of both slots must have been captured. The second
-    request starts once the first has drafted (not after a fixed delay, which a fast model outran:
-    the first request was done before the second came)."""
+    range of the capture. The second request starts once the first has drafted (not after a fixed
+    delay, which a fast model outran), so some batches hold one slot's verify and the other's
+    prompt tail, which the memory splits into two ubatches: those go through the host. Every
+    slot's draft candidates and tokens must be the host path's (LLAMA_DFLASH_DEVICE_FEATURES=0),
+    and batches of both slots must have been captured."""
     prompts = [_prompt(0, 10), _prompt(1, 30)]
     args = _slots_args(tiny_pair_f32, 2, *SYNTH, "-v")
     runs = {}

@@ -86,7 +86,7 @@ def concurrently(calls: list[Callable[[], Any]], stagger: float = 0.0,
                 if time.monotonic() > deadline:
                     errors.append(AssertionError(f"still waiting after 120 s for {after_first[1]}"))
                     return
-                time.sleep(0.005)
+                time.sleep(0.02)
         time.sleep(i * stagger)
         try:
             results[i] = calls[i]()
