@@ -59,16 +59,17 @@ check: lint                           ## lint, then the tests that need no llama
 
 # `test` starts the upstream build that the slow tier's `--against upstream` tests need
 # (tests/support/fixtures_upstream_build.py; a no-op when its stamp is current) at nice 19 beside
-# both tiers: they leave the cores idle about a quarter of the time (waits on servers, processes,
-# files), and its compiles take those cycles. Its tests run last (tests/conftest.py); their fixture
-# waits on the build folder's lock, so a build still running is finished there, never made twice.
-# It stays in this session: a process in a session of its own (setsid) is a scheduling group of its
-# own under the kernel's autogroups, and nice then no longer yields to the tests.
+# the check tier, which leaves the cores idle part of the time (waits on processes and files): its
+# compiles take those cycles. The slow tier starts once it is done: beside llama-servers, whose
+# threads wait for each other at every op, even a nice 19 build slowed tests several times over.
+# It stays in this session: a process in a session of its own (setsid) is a scheduling group of
+# its own under the kernel's autogroups, and nice then no longer yields to the tests.
 UPSTREAM_LOG = .pytest_cache/upstream-build.log
 test: lint                            ## the whole suite: `check`, then the tests that run the CPU build
 	@mkdir -p .pytest_cache; nice -n 19 $(PYTHON) -m tests.support.fixtures_upstream_build --own-group \
 	  > $(UPSTREAM_LOG) 2>&1 & bg=$$!; \
-	  $(CHECK_TIER); [ $$rc != 0 ] || { $(SLOW_TIER); }; \
+	  $(CHECK_TIER); if [ $$rc = 0 ]; then w=$$(date +%s); wait $$bg; \
+	  echo "upstream build: done $$(( $$(date +%s) - w )) s after the check tier"; $(SLOW_TIER); fi; \
 	  kill -- -$$bg 2>/dev/null; wait $$bg 2>/dev/null; exit $$rc
 
 clean-build:

@@ -37,8 +37,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if NEEDS_BUILD & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-    # the tests of the upstream build last: `make test` starts that build beside the tiers (Makefile)
-    items.sort(key=lambda item: "upstream_build_dir" in getattr(item, "fixturenames", ()))
 
 
 @pytest.fixture(autouse=True)
