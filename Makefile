@@ -57,20 +57,8 @@ SLOW_TIER = start=$$(date +%s); $(PYTHON) -m pytest -q -m slow --durations=15; r
 check: lint                           ## lint, then the tests that need no llama.cpp build (a few minutes)
 	@$(CHECK_TIER); exit $$rc
 
-# `test` starts the upstream build that the slow tier's `--against upstream` tests need
-# (tests/support/fixtures_upstream_build.py; a no-op when its stamp is current) at nice 19 beside
-# the check tier, which leaves the cores idle part of the time (waits on processes and files): its
-# compiles take those cycles. The slow tier starts once it is done: beside llama-servers, whose
-# threads wait for each other at every op, even a nice 19 build slowed tests several times over.
-# It stays in this session: a process in a session of its own (setsid) is a scheduling group of
-# its own under the kernel's autogroups, and nice then no longer yields to the tests.
-UPSTREAM_LOG = .pytest_cache/upstream-build.log
 test: lint                            ## the whole suite: `check`, then the tests that run the CPU build
-	@mkdir -p .pytest_cache; nice -n 19 $(PYTHON) -m tests.support.fixtures_upstream_build --own-group \
-	  > $(UPSTREAM_LOG) 2>&1 & bg=$$!; \
-	  $(CHECK_TIER); if [ $$rc = 0 ]; then w=$$(date +%s); wait $$bg; \
-	  echo "upstream build: done $$(( $$(date +%s) - w )) s after the check tier"; $(SLOW_TIER); fi; \
-	  kill -- -$$bg 2>/dev/null; wait $$bg 2>/dev/null; exit $$rc
+	@$(CHECK_TIER); [ $$rc != 0 ] || { $(SLOW_TIER); }; exit $$rc
 
 clean-build:
 	rm -rf vendor/build

@@ -9,7 +9,6 @@ makes the next session's build a no-op: the minutes of compiling are paid once.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -46,9 +45,6 @@ def upstream_build_dir(llama_bin: Path) -> Path:
     return build_upstream()
 
 
-# warm the cache ahead of a test run: python -m tests.support.fixtures_upstream_build; with
-# --own-group in a process group of its own, which `make test` stops whole (cmake and ninja too)
+# warm the cache ahead of a test run: python -m tests.support.fixtures_upstream_build
 if __name__ == "__main__":
-    if "--own-group" in sys.argv:
-        os.setpgid(0, 0)
     print(build_upstream())
