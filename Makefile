@@ -48,17 +48,14 @@ lint: install
 # says how long it took. `check` runs its tests in CHECK_JOBS processes (pytest-xdist; 1 runs them
 # in this one): they start no llama-server, so two processes on two cores do not starve each other.
 CHECK_JOBS ?= 2
-# one shell line each, shared by `check` and `test` (no recursive make: `make -n` must run nothing)
-CHECK_TIER = start=$$(date +%s); $(PYTHON) -m pytest -q -m "not slow" \
-	  $(if $(filter-out 1,$(CHECK_JOBS)),-n $(CHECK_JOBS)) --durations=5; rc=$$?; \
-	  echo "tier check: $$(( $$(date +%s) - start )) s"
-SLOW_TIER = start=$$(date +%s); $(PYTHON) -m pytest -q -m slow --durations=15; rc=$$?; \
-	  echo "tier slow: $$(( $$(date +%s) - start )) s"
 check: lint                           ## lint, then the tests that need no llama.cpp build (a few minutes)
-	@$(CHECK_TIER); exit $$rc
+	@start=$$(date +%s); $(PYTHON) -m pytest -q -m "not slow" $(if $(filter-out 1,$(CHECK_JOBS)),-n $(CHECK_JOBS)) \
+	  --durations=5; rc=$$?; \
+	  echo "tier check: $$(( $$(date +%s) - start )) s"; exit $$rc
 
-test: lint                            ## the whole suite: `check`, then the tests that run the CPU build
-	@$(CHECK_TIER); [ $$rc != 0 ] || { $(SLOW_TIER); }; exit $$rc
+test: check                           ## the whole suite: `check`, then the tests that run the CPU build
+	@start=$$(date +%s); $(PYTHON) -m pytest -q -m slow --durations=15; rc=$$?; \
+	  echo "tier slow: $$(( $$(date +%s) - start )) s"; exit $$rc
 
 clean-build:
 	rm -rf vendor/build

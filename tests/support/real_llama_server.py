@@ -20,6 +20,7 @@ import requests
 from buun_tool.base import command
 from buun_tool.server import process
 from buun_tool.server.local import LocalServer
+from tests.support import waits
 
 __all__ = ["Server", "concurrently", "gpu_layers", "llama_server", "placement", "stream_then_close"]
 
@@ -80,15 +81,10 @@ def concurrently(calls: list[Callable[[], Any]], stagger: float = 0.0,
     errors: list[BaseException] = []
 
     def run(i: int) -> None:
-        if i and after_first:
-            deadline = time.monotonic() + 120
-            while not after_first[0]():
-                if time.monotonic() > deadline:
-                    errors.append(AssertionError(f"still waiting after 120 s for {after_first[1]}"))
-                    return
-                time.sleep(0.02)
-        time.sleep(i * stagger)
         try:
+            if i and after_first:
+                waits.until(after_first[0], 120, after_first[1])
+            time.sleep(i * stagger)
             results[i] = calls[i]()
         except BaseException as exc:  # noqa: BLE001 - handed to the test's thread below
             errors.append(exc)

@@ -408,15 +408,16 @@ def tiny_as_full(data: dict[str, Any], recipe: recipes.Recipe) -> dict[str, Any]
 
 def write_recipe(path: Path, **overrides: Any) -> Path:
     """A recipe for the tiny pair on the fake Hub; `overrides` replace top-level sections."""
-    base = yaml.safe_load(recipes.load().source.read_text())
+    recipe = recipes.load()
+    base = yaml.safe_load(recipe.source.read_text())
     data = {
         **base,
         "name": "tiny-dflash",
         "description": "the tiny random-weight pair of the tests",
         "target": {"repo": TARGET_REPO, "revision": "main", "gguf": TARGET_GGUF},
         "drafter": {"repo": DRAFTER_REPO, "revision": "main", "files": ["config.json", "model.safetensors"]},
-        "expect": expect_block(recipes.load().geometry_at("tiny").to_json()["drafter"]),
-        "geometry": tiny_as_full(base, recipes.load()),
+        "expect": expect_block(recipe.geometry_at("tiny").to_json()["drafter"]),
+        "geometry": tiny_as_full(base, recipe),
         **overrides,
     }
     path.write_text(yaml.safe_dump(data, sort_keys=False))
