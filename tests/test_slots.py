@@ -10,6 +10,8 @@ disturb each other:
 - under synthetic partial acceptance every slot's output is what the same request gives alone on
   one slot, and a slot's cached state, after its rollbacks and the other slots' work, is the state
   decoding its tokens from scratch gives (patch 0011);
+- a step verifies at most --spec-verify-max rows over its slots, each drafting slot its share
+  (patch 0031);
 - the features of a verify batch of several slots stay on the device and draft as the host's
   (patch 0014);
 - a request cancelled mid-stream leaves the other slot's output unchanged, and its slot, reused,
@@ -153,6 +155,34 @@ def test_partial_acceptance_on_four_slots_equals_one_slot(llama_bin: Path, tiny_
         assert 0 < accepted < drafted, f"slot {k}: need partial acceptance, got {accepted}/{drafted}"
         assert together[k]["tokens"] == alone[k]["tokens"], f"slot {k}: the tokens differ from one slot's"
         assert _spec_stats(together[k]) == _spec_stats(alone[k])
+
+
+VERIFIED = re.compile(r"accepted +\d+/ *(\d+) draft tokens")  # a slot's verify, with LLAMA_TRACE=1
+
+
+def test_a_step_verifies_within_its_maximum_over_the_slots(ar: Server, llama_bin: Path,
+                                                           tiny_pair_f32: tuple[Path, Path], tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --spec-verify-max 12, four slots drafting in one step verify 3 rows each (2 draft
+    tokens and the sampled one), and a slot with the step to itself 12 (11 of its 15) (patch 0031):
+    every verify of the log is within its share, the shares of four slots and of one both occur,
+    and each request still gives AR's tokens. The same requests without the maximum draft 15."""
+    prompts = [_prompt(k, 10 + 9 * k) for k in range(4)]
+    lengths = [24 + 16 * k for k in range(4)]  # the last runs alone for its final steps
+    monkeypatch.setenv("LLAMA_TRACE", "1")
+
+    def drafts(*extra: str) -> list[int]:
+        log = tmp_path / f"slots{len(extra)}.log"
+        with llama_server(llama_bin, _slots_args(tiny_pair_f32, 4, *EXACT, *extra), log) as spec:
+            got = concurrently([lambda k=k: spec.complete(prompts[k], lengths[k], id_slot=k) for k in range(4)])
+        for k, out in enumerate(got):
+            _greedy_matches(ar, prompts[k], out["tokens"], _tie_tol())
+        return [int(n) for n in VERIFIED.findall(log.read_text())]
+
+    shared = drafts("--spec-verify-max", "12")
+    assert shared and max(shared) <= 11, f"a draft past one slot's share of 12 rows: {sorted(set(shared))}"
+    assert 2 in shared and 11 in shared, f"expected four slots' share (2) and one slot's (11): {sorted(set(shared))}"
+    assert max(drafts()) > 11, "without the maximum, drafts stay within 11 anyway: the test shows nothing"
 
 
 def test_a_cached_slot_keeps_its_state_while_the_others_work(ar: Server, llama_bin: Path,
