@@ -180,10 +180,18 @@ def test_status_shows_the_tune_of_a_launch(tmp_path: Path) -> None:
 
 # --- real tunes (the CPU build, the tiny pair, feigned acceptance) ----------------------------------
 
+# A tune's servers run one thread each (llama-server's -t, through its environment): a tune picks by
+# measured speeds, and two threads on a 2-core machine that runs something else wait at every op for
+# a partner the scheduler has put off; beside a llama.cpp build their tok/s swung up to 10x from one
+# request to the next and the picks followed (docs/development.md). One thread is ~1.5x slower on a
+# quiet machine and as fast beside a build.
+ONE_THREAD = {"LLAMA_ARG_THREADS": "1"}
+
+
 def _tune(pair: tuple[Path, Path], *args: str) -> dict:
     target, drafter = pair
     res = CliRunner().invoke(app, ["tune", "--target", str(target), "--drafter", str(drafter), "--prompts", "1",
-                                   "--n-predict", "64", "--json", *args])
+                                   "--n-predict", "64", "--json", *args], env=ONE_THREAD)
     assert res.exit_code == 0, res.output
     return json.loads(res.stdout)
 
