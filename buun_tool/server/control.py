@@ -410,20 +410,30 @@ def record_lag(inst: Instance, r: Record, running: bool) -> tuple[str | None, ps
 
 
 def _unrecorded(inst: Instance, r: Record) -> psutil.Process | None:
-    """The program the record's supervisor runs, when it was launched since the record was written
-    (and long enough ago that the supervisor would have recorded it)."""
+    """The program the record's supervisor runs, when it was launched after the one the record
+    names (or the record names none) and long enough ago that the supervisor would have recorded
+    it. Both tests stay on psutil's clock: its start times count from a boot time in whole seconds,
+    a second or more off time.time() on some machines, so a relaunch within a second of the
+    record's updated_at could look older than the record."""
     sup = live(r.supervisor)
     if sup is None:
         return None
     try:
         for child in sup.children():
             if (child.status() != psutil.STATUS_ZOMBIE and inst.program in " ".join(child.cmdline())
-                    and r.updated_at < child.create_time() < time.time() - RECORD_LAG_S
-                    and (r.server is None or r.server.pid != child.pid)):
+                    and (r.server is None or (r.server.pid != child.pid
+                                              and child.create_time() > r.server.create_time))
+                    and _age(child) > RECORD_LAG_S):
                 return child
     except psutil.Error:
         pass
     return None
+
+
+def _age(proc: psutil.Process) -> float:
+    """Seconds since `proc` started: its start since boot (psutil's start time less its boot time)
+    against the time since boot, one clock for both."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME) - (proc.create_time() - psutil.boot_time())
 
 
 def _clock(t: float) -> str:
