@@ -26,7 +26,7 @@ import buun_tool
 from buun_tool.base import nvidia
 from buun_tool.base.errors import BuunError, Exit, UsageError
 from buun_tool.base.fsutil import open_private
-from buun_tool.server import addresses, logfile, metrics, process, rpc, tuned
+from buun_tool.server import addresses, logfile, metrics, process, record_lag, rpc, tuned
 from buun_tool.server.health import NEEDS_KEY, Probe, SlotsRow, slots_summary
 from buun_tool.server.instance import Instance, all_instances, live, pick
 from buun_tool.server.metrics import DFlashStats
@@ -321,7 +321,7 @@ class InstanceStatus:
     running: bool  # a supervisor holds the instance lock
     record: Record | None = None  # the supervisor's last record
     stale: bool = False  # the record says running, but no supervisor holds the lock
-    behind: str | None = None  # why the live supervisor's record is older than what it does (record_lag)
+    behind: str | None = None  # why the live supervisor's record is older than what it does (record_lag.lag)
     server_pid: int | None = None
     orphan: bool = False  # llama-server lives on without its supervisor: `buun stop` ends it
     uptime_s: float | None = None  # this llama-server's
@@ -359,7 +359,7 @@ def status(inst: Instance, api_key: str | None = None) -> InstanceStatus:
         return InstanceStatus(inst.name, State.STOPPED, running)
     stale = not running and r.state.running
     server = live(r.server, "llama-server")
-    behind, unrecorded = record_lag(inst, r, running)
+    behind, unrecorded = record_lag.lag(inst, r, running)
     server = unrecorded or server
     started = unrecorded.create_time() if unrecorded else r.server_started_at
     now = time.time()
@@ -376,68 +376,6 @@ def status(inst: Instance, api_key: str | None = None) -> InstanceStatus:
         workers=workers_of(data or {}, r, server.pid if server else None),
         rpc_placement=rpc_placement_of(data or {}), tuned=tuned_of(data) if data else None,
         probes=_probe_all(url, api_key or os.environ.get(API_KEY_ENV), server.pid) if server and url else None)
-
-
-# How far a live supervisor's record may lag behind what it does before `buun status` calls it
-# stale: a record is written within milliseconds of its updated_at, and a launch as it starts.
-RECORD_LAG_S = 2.0
-
-
-def record_lag(inst: Instance, r: Record, running: bool) -> tuple[str | None, psutil.Process | None]:
-    """Why the record of a live supervisor is older than what the supervisor does, or None; and the
-    server (or worker) it runs now when the record names another. Two signs, both seen on a full
-    disk: each write the supervisor could not make set the old record's modification time, which
-    needs no free space (supervisor._save), so the file changed well after the record's updated_at;
-    or the supervisor runs a process launched after the record was written, which it does not name."""
-    if not running:
-        return None, None
-    why = []
-    try:
-        tried = inst.state_file.stat().st_mtime
-    except OSError:
-        tried = r.updated_at
-    if tried - r.updated_at > RECORD_LAG_S:
-        why.append(f"its supervisor could not write it since {_clock(r.updated_at)} (a full disk, or a file-size "
-                   f"limit; last tried at {_clock(tried)})")
-    current = _unrecorded(inst, r)
-    if current is not None:
-        named = f", not pid {r.server.pid}" if r.server else ""
-        why.append(f"{inst.program} now runs as pid {current.pid} (launched at {_clock(current.create_time())}"
-                   f"{named}), which the record does not name")
-    if not why:
-        return None, None
-    return f"written at {_clock(r.updated_at)}; " + "; ".join(why), current
-
-
-def _unrecorded(inst: Instance, r: Record) -> psutil.Process | None:
-    """The program the record's supervisor runs, when it was launched after the one the record
-    names (or the record names none) and long enough ago that the supervisor would have recorded
-    it. Both tests stay on psutil's clock: its start times count from a boot time in whole seconds,
-    a second or more off time.time() on some machines, so a relaunch within a second of the
-    record's updated_at could look older than the record."""
-    sup = live(r.supervisor)
-    if sup is None:
-        return None
-    try:
-        for child in sup.children():
-            if (child.status() != psutil.STATUS_ZOMBIE and inst.program in " ".join(child.cmdline())
-                    and (r.server is None or (r.server.pid != child.pid
-                                              and child.create_time() > r.server.create_time))
-                    and _age(child) > RECORD_LAG_S):
-                return child
-    except psutil.Error:
-        pass
-    return None
-
-
-def _age(proc: psutil.Process) -> float:
-    """Seconds since `proc` started: its start since boot (psutil's start time less its boot time)
-    against the time since boot, one clock for both."""
-    return time.clock_gettime(time.CLOCK_BOOTTIME) - (proc.create_time() - psutil.boot_time())
-
-
-def _clock(t: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(t))
 
 
 @dataclass(frozen=True)

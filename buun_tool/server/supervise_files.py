@@ -29,7 +29,7 @@ class KeptFiles:
         that serves: it is said in the log and written again at the next watch. Meanwhile each
         attempt sets the old record's modification time, which a full disk allows: a record
         modified well after its own updated_at is one its supervisor could not write
-        (control.record_lag), and `buun status` says it is stale."""
+        (record_lag.lag), and `buun status` says it is stale."""
         try:
             self.inst.write(record)
         except (OSError, BuunError) as exc:

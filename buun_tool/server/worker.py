@@ -31,7 +31,7 @@ import psutil
 from buun_tool.base import command, console, paths
 from buun_tool.base.errors import BuunError, Exit, UsageError
 from buun_tool.pipeline import build
-from buun_tool.server import control, loglines, process
+from buun_tool.server import control, loglines, process, record_lag
 from buun_tool.server.addresses import DEFAULT_PORT, Endpoint
 from buun_tool.server.health import Health
 from buun_tool.server.instance import Instance, all_of, check_name, live, pick, ref_of
@@ -235,7 +235,7 @@ class WorkerStatus:
     state: State
     running: bool  # a supervisor holds the lock
     record: WorkerRecord | None = None
-    behind: str | None = None  # why the live supervisor's record is older than what it does (control.record_lag)
+    behind: str | None = None  # why the live supervisor's record is older than what it does (record_lag.lag)
     address: str | None = None
     pid: int | None = None
     uptime_s: float | None = None
@@ -259,7 +259,7 @@ def status(inst: WorkerInstance) -> WorkerStatus:
     spec = inst.read_spec() or {}
     if r is None:
         return WorkerStatus(inst.name, State.STOPPED, running)
-    behind, unrecorded = control.record_lag(inst, r, running)
+    behind, unrecorded = record_lag.lag(inst, r, running)
     proc = unrecorded or live(r.server, PROGRAM)
     started = unrecorded.create_time() if unrecorded else r.server_started_at
     listening, clients = _sockets(proc, r.port) if proc else (None, [])
