@@ -263,3 +263,27 @@ gpu_ncu_server() {
     python3 scripts/ncu_steps.py "$RES/ncu-$name.log" > "$RES/ncu-$name.txt"
     head -12 "$RES/ncu-$name.txt" >> "$RES/summary.txt"
 }
+
+# `buun bench --concurrency N --no-ar` at synthetic AL 7.67 (one slot, then N requests at once) with
+# the step profile, in the environment given: a line of summary.txt (each config's tok/s and AL, each
+# group's), the servers' profiles in profile.txt.
+# gpu_slots NAME SLOTS PROMPTS TOKENS [VAR=VALUE...] -- [BENCH ARGS...]; $RES/NAME/
+gpu_slots() {
+    local name=$1 n=$2 prompts=$3 tokens=$4 vars=()
+    shift 4
+    while [ "$1" != -- ]; do vars+=("$1"); shift; done
+    shift
+    step "$name" 600 env LLAMA_SPEC_PROFILE=1 "${vars[@]}" $BUUN bench "${BENCH[@]}" --no-ar --synthetic-al 7.67 \
+        --concurrency "$n" --prompts "$prompts" --n-predict "$tokens" --out "$RES/$name" "$@"
+    python3 - "$RES/$name/bench.json" "$name" >> "$RES/summary.txt" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = [f"{r['config']}: {r.get('aggregate_tps') or r['decode_tps']:.1f} tok/s AL {r.get('mean_al') or 0:.2f}"
+        for r in d["summary"]]
+groups = [f"{g['config']}#{g['index']}: {g['decode_tokens'] / g['window_ms'] * 1000:.1f}" for g in d["groups"]]
+print(sys.argv[2], "|", "; ".join(rows), "| groups:", ", ".join(groups))
+PY
+    for f in "$RES/$name"/server-*.log; do
+        grep "spec profile" "$f" | sed "s|^.*spec profile: |$name/$(basename "$f"): |" >> "$RES/profile.txt"
+    done
+}

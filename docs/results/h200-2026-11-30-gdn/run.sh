@@ -32,25 +32,7 @@ best=$(for v in pf16 st16 pf32 st32; do
     us=$(grep "n_seq_tokens=16,n_seqs=4," "$RES/tbo-pv-CHAIN=$v.log" | sed -E 's/.* ([0-9.]+) us\/run.*/\1/')
     echo "$us $v"; done | sort -n | head -1 | cut -d' ' -f2)
 log "chain variant for the benches: $best"
-slots() {  # NAME SLOTS PROMPTS TOKENS [ENV=VALUE...] -- [BENCH ARGS...]: a line of summary.txt, the profiles
-    local name=$1 n=$2 prompts=$3 tokens=$4 vars=()
-    shift 4
-    while [ "$1" != -- ]; do vars+=("$1"); shift; done
-    shift
-    step "$name" 600 env LLAMA_SPEC_PROFILE=1 "${vars[@]}" $BUUN bench "${BENCH[@]}" --no-ar --synthetic-al 7.67 \
-        --concurrency "$n" --prompts "$prompts" --n-predict "$tokens" --out "$RES/$name" "$@"
-    python3 - "$RES/$name/bench.json" "$name" >> "$RES/summary.txt" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-rows = [f"{r['config']}: {r.get('aggregate_tps') or r['decode_tps']:.1f} tok/s AL {r.get('mean_al') or 0:.2f}"
-        for r in d["summary"]]
-print(sys.argv[2], "|", "; ".join(rows))
-PY
-    for f in "$RES/$name"/server-*.log; do
-        grep "spec profile" "$f" | tail -1 | sed "s|^.*spec profile: |$name/$(basename "$f"): |" >> "$RES/profile.txt"
-    done
-}
-slots "s4-$best-1" 4 4 512 "GGML_CUDA_GDN_CHAIN=$best" --
+gpu_slots "s4-$best-1" 4 4 512 "GGML_CUDA_GDN_CHAIN=$best" --
 step bench 600 env LLAMA_SPEC_PROFILE=1 "GGML_CUDA_GDN_CHAIN=$best" $BUUN bench "${BENCH[@]}" --synthetic-al 1 \
     --synthetic-al 7.67 --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench"
 for f in "$RES"/bench/server-*.log; do
@@ -62,6 +44,6 @@ d = json.load(open(sys.argv[1]))
 print("bench |", "; ".join(f"{r['config']}: {r['decode_tps']:.1f} tok/s AL {r.get('mean_al') or 0:.2f}"
                            for r in d["summary"]))
 PY
-slots "s4-$best-2" 4 4 512 "GGML_CUDA_GDN_CHAIN=$best" --
-slots s4-old-1 4 4 512 GGML_CUDA_GDN_OLD=1 --
+gpu_slots "s4-$best-2" 4 4 512 "GGML_CUDA_GDN_CHAIN=$best" --
+gpu_slots s4-old-1 4 4 512 GGML_CUDA_GDN_OLD=1 --
 echo "ALLDONE" >> "$RES/summary.txt"

@@ -15,29 +15,10 @@ rm -rf /tmp/buun-snap && cp -a . /tmp/buun-snap && cd /tmp/buun-snap || exit 1
 bash scripts/gpu_run.sh build-lean || exit 1
 . scripts/gpu_lib.sh
 export BUUN_LLAMA_BIN_DIR=$BIN
-slots() {  # NAME SLOTS PROMPTS TOKENS [ENV=VALUE...] -- [BENCH ARGS...]: a line of summary.txt, the profiles
-    local name=$1 n=$2 prompts=$3 tokens=$4 vars=()
-    shift 4
-    while [ "$1" != -- ]; do vars+=("$1"); shift; done
-    shift
-    step "$name" 600 env LLAMA_SPEC_PROFILE=1 "${vars[@]}" $BUUN bench "${BENCH[@]}" --no-ar --synthetic-al 7.67 \
-        --concurrency "$n" --prompts "$prompts" --n-predict "$tokens" --out "$RES/$name" "$@"
-    python3 - "$RES/$name/bench.json" "$name" >> "$RES/summary.txt" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-rows = [f"{r['config']}: {r.get('aggregate_tps') or r['decode_tps']:.1f} tok/s AL {r.get('mean_al') or 0:.2f}"
-        for r in d["summary"]]
-groups = [f"{g['config']}#{g['index']}: {g['decode_tokens'] / g['window_ms'] * 1000:.1f}" for g in d["groups"]]
-print(sys.argv[2], "|", "; ".join(rows), "| groups:", ", ".join(groups))
-PY
-    for f in "$RES/$name"/server-*-c[0-9]*.log; do
-        grep "spec profile" "$f" | sed "s|^.*spec profile: |$name/$(basename "$f"): |" >> "$RES/profile.txt"
-    done
-}
 if [ "${1:-}" = warm ]; then
     for n in 8 4; do
         for loading in LAZY EAGER; do
-            slots "s$n-${loading,,}" $n $n $((2048 / n)) CUDA_MODULE_LOADING=$loading -- --repeats 2
+            gpu_slots "s$n-${loading,,}" $n $n $((2048 / n)) CUDA_MODULE_LOADING=$loading -- --repeats 2
         done
     done
 else
@@ -45,12 +26,12 @@ else
     step widths 300 "$BIN/llama-bench" -m "$TARGET" -ngl 99 -fa 1 -ub 64 -p 1,8,16,24,32,40,48,56,64 -n 0 -r 10
     grep " pp" "$RES/widths.log" >> "$RES/summary.txt"
     for k in 1 2 3; do
-        for rows in 0 32 36 44 52; do slots "s4-r$rows-$k" 4 4 512 -- --server-args "--spec-verify-max $rows"; done
+        for rows in 0 32 36 44 52; do gpu_slots "s4-r$rows-$k" 4 4 512 -- --server-args "--spec-verify-max $rows"; done
     done
     for k in 1 2 3; do
-        for rows in 0 64; do slots "s8-r$rows-$k" 8 8 256 -- --server-args "--spec-verify-max $rows"; done
+        for rows in 0 64; do gpu_slots "s8-r$rows-$k" 8 8 256 -- --server-args "--spec-verify-max $rows"; done
     done
-    for rows in 48 32; do slots "s8-r$rows-1" 8 8 256 -- --server-args "--spec-verify-max $rows"; done
+    for rows in 48 32; do gpu_slots "s8-r$rows-1" 8 8 256 -- --server-args "--spec-verify-max $rows"; done
 fi
 bash scripts/gpu_run.sh pack
 echo "ALLDONE" >> "$RES/summary.txt"
