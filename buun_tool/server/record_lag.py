@@ -46,11 +46,12 @@ def lag(inst: Instance, r: Record, running: bool) -> tuple[str | None, psutil.Pr
 
 
 def _unrecorded(inst: Instance, r: Record) -> psutil.Process | None:
-    """The program the record's supervisor runs, when it was launched after the one the record
-    names (or the record names none) and long enough ago that the supervisor would have recorded
-    it. Both tests stay on psutil's clock: its start times count from a boot time in whole seconds,
-    a second or more off time.time() on some machines, so a relaunch within a second of the
-    record's updated_at could look older than the record."""
+    """The program the record's supervisor runs, when it is not the one the record names and started
+    no earlier (psutil's start times tick in 10 ms: a relaunch can share its predecessor's), or the
+    record names none, and long enough ago that the supervisor would have recorded it. Both tests
+    stay on psutil's clock: its start times count from a boot time in whole seconds, a second or
+    more off time.time() on some machines, so a relaunch within a second of the record's updated_at
+    could look older than the record."""
     sup = live(r.supervisor)
     if sup is None:
         return None
@@ -58,7 +59,7 @@ def _unrecorded(inst: Instance, r: Record) -> psutil.Process | None:
         for child in sup.children():
             if (child.status() != psutil.STATUS_ZOMBIE and inst.program in " ".join(child.cmdline())
                     and (r.server is None or (r.server.pid != child.pid
-                                              and child.create_time() > r.server.create_time))
+                                              and child.create_time() >= r.server.create_time))
                     and _age(child) > RECORD_LAG_S):
                 return child
     except psutil.Error:
