@@ -345,6 +345,24 @@ def test_a_request_pinned_to_a_busy_slot_leaves_the_slot_alone(ar: Server, slots
     assert pinned[0]["tokens"] == _gen(ar, 4, prompt=cached, ignore_eos=True)["tokens"]
 
 
+def test_a_prompt_from_the_cache_and_a_checkpoint_decode_as_from_scratch(ar: Server, tree: Server) -> None:
+    """Patch 0032: the states a slot leaves in the prompt cache when it takes another prompt (its
+    whole state, and its context checkpoints, which the cache shares with the slot instead of
+    copying) bring each prompt back: asked again, a prompt's state comes from the cache, its
+    checkpoint 4 tokens before its end is restored, and only those tokens are evaluated. Each answer
+    is AR's, so the shared and reused buffers held the states they were made from."""
+    first = [3000 + (31 * i) % 5000 for i in range(150)]
+    second = [4000 + (17 * i) % 3000 for i in range(120)]
+    want = {id(p): _gen(ar, 12, prompt=p, ignore_eos=True)["tokens"] for p in (first, second)}
+    for p in (first, second):  # each prompt decoded from scratch; the second moves the first to the cache
+        assert _gen(tree, 12, prompt=p, ignore_eos=True, cache_prompt=True)["tokens"] == want[id(p)]
+    for p in (first, second, first):  # each back from the cache, the other saved to it
+        out = _gen(tree, 12, prompt=p, ignore_eos=True, cache_prompt=True)
+        assert out["tokens"] == want[id(p)], "a prompt back from the cache gave other tokens than AR's"
+        assert out["timings"]["prompt_n"] <= 4, f"evaluated {out['timings']['prompt_n']} of the prompt's tokens"
+        assert out["timings"]["cache_n"] == len(p) - out["timings"]["prompt_n"]
+
+
 def test_slot_save_names(tree: Server) -> None:
     """Names that leave the save folder, or none, are refused with 400; a plain name saves the
     target's state and the drafter's beside it, and restores both."""
