@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -298,6 +300,29 @@ class TestConcurrency:
         assert two["vs_one_slot"] == pytest.approx(1.6) and two["vs_ar"] == pytest.approx(2.0)
         assert two["speedup"] == pytest.approx(2.0)  # per request, against AR's at two at once
 
+    def test_served_counts_from_the_sending(self) -> None:
+        """The aggregate starts at a group's first token, so a group whose first token came later
+        (its prefill slower) reads faster; served tok/s start at the sending, for one slot too. A
+        run recorded without the sending's time has no served figures."""
+        _, df = bench_configs.configs(True, [3.0])
+        (df2,) = bench_configs.concurrency_configs([2], [df])
+        one = [dataclasses.replace(_sample(df.name, "code", 100, 1000.0), wall_ms=1500.0)] * 2
+
+        def served(window_ms: float) -> dict[str, Any]:
+            group = bench.Group(df2.name, "code", "raw", 0, 2, 200, window_ms, span_ms=1600.0)
+            samples = [dataclasses.replace(_sample(df2.name, "code", 100, window_ms), wall_ms=1600.0)] * 2
+            runs = [bench.ConfigRun(df, [], None, None, one, []),
+                    bench.ConfigRun(df2, [], None, None, samples, [group])]
+            return {r["config"]: r for r in bench.with_concurrency(bench.summarize(runs), runs)}
+
+        early, late = served(1500.0)[df2.name], served(1000.0)[df2.name]
+        assert late["aggregate_tps"] > early["aggregate_tps"]  # the late first token reads faster
+        assert early["served_tps"] == late["served_tps"] == pytest.approx(200 / 1.6)
+        assert served(1500.0)[df.name]["served_tps"] == pytest.approx(200 / 3.0)
+        assert early["served_vs_one_slot"] == pytest.approx((200 / 1.6) / (200 / 3.0))
+        old = [bench.ConfigRun(df, [], None, None, [_sample(df.name, "code", 100, 1000.0)], [])]
+        assert bench.summarize(old)[0]["served_tps"] is None
+
     def test_a_running_server_has_no_slots_to_set(self) -> None:
         res = CliRunner().invoke(app, ["bench", "--url", "http://127.0.0.1:9", "--concurrency", "4"])
         assert res.exit_code == 2 and "--concurrency starts servers of N slots itself" in " ".join(res.output.split())
@@ -419,8 +444,10 @@ class TestEndToEnd:
             assert rows[name]["concurrency"] == 2 and rows[name]["aggregate_tps"] > 0
         two = rows["dflash-al3-c2"]
         assert two["mean_al"] > 1 and two["vs_one_slot"] > 0 and two["vs_ar"] > 0
+        assert 0 < two["served_tps"] < two["aggregate_tps"] and two["served_vs_one_slot"] > 0
         groups = [g for g in data["groups"] if g["config"] == "dflash-al3-c2"]
         assert len(groups) == 1 and groups[0]["requests"] == 2 and groups[0]["decode_tokens"] == 32
+        assert groups[0]["span_ms"] > groups[0]["window_ms"]  # the sending comes before the first token
         assert groups[0]["steps"] > 0 and groups[0]["accepted"] > 0
         assert sum(s["config"] == "dflash-al3-c2" for s in data["samples"]) == 2  # the one prompt, twice at once
         html = (tmp_path / "report.html").read_text()

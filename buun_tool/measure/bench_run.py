@@ -71,6 +71,7 @@ class Sample:
     accepted: int = 0
     steps: int | None = None  # verification steps (None: the server has no /metrics)
     accepted_per_pos: list[float] = field(default_factory=list)
+    wall_ms: float | None = None  # from its sending to its end, on the client's clock
 
 
 @dataclass
@@ -87,6 +88,7 @@ class Group:
     drafted: int = 0  # /metrics deltas over the group
     accepted: int = 0
     steps: int | None = None
+    span_ms: float | None = None  # from the group's sending to its last request's end
 
 
 @dataclass
@@ -114,19 +116,19 @@ def _run_requests(url: str, cfg_name: str, suites: dict[str, list[Prompt]], opts
             for p in prompts:
                 for r in range(opts.repeats):
                     before = scrape(url)
-                    timings, ttft = send(url, p, mode, opts.n_predict, seed=r + 1)
+                    timings, ttft, start, end = _timed_send(url, p, mode, opts.n_predict, r + 1)
                     delta = metrics.delta(before, scrape(url))
-                    samples.append(_sample(cfg_name, p, mode, r, timings, ttft, delta))
+                    samples.append(_sample(cfg_name, p, mode, r, timings, ttft, delta, (end - start) * 1000))
     return samples
 
 
 def _sample(cfg: str, p: Prompt, mode: str, repeat: int, t: dict[str, Any], ttft: float | None,
-            delta: dict[str, Any]) -> Sample:
+            delta: dict[str, Any], wall_ms: float | None = None) -> Sample:
     return Sample(cfg, p.suite, mode, p.id, repeat, int(t.get("prompt_n", 0)), float(t.get("prompt_ms", 0.0)),
                   int(t.get("predicted_n", 0)), float(t.get("predicted_ms", 0.0)), ttft,
                   drafted=int(delta.get("drafted", t.get("draft_n", 0))),
                   accepted=int(delta.get("accepted", t.get("draft_n_accepted", 0))),
-                  steps=delta.get("steps"), accepted_per_pos=delta.get("accepted_per_pos", []))
+                  steps=delta.get("steps"), accepted_per_pos=delta.get("accepted_per_pos", []), wall_ms=wall_ms)
 
 
 def _timed_send(url: str, prompt: Prompt, mode: str, n_predict: int, seed: int
@@ -172,13 +174,14 @@ def _run_concurrent(url: str, cfg: ServerConfig, suites: dict[str, list[Prompt]]
                 before = scrape(url)
                 done = _at_once([partial(_timed_send, url, p, mode, opts.n_predict, r + 1) for p, r in group])
                 delta = metrics.delta(before, scrape(url))
-                samples += [_sample(cfg.name, p, mode, r, t, ttft, {}) for (p, r), (t, ttft, _, _) in zip(
-                    group, done, strict=True)]
+                samples += [_sample(cfg.name, p, mode, r, t, ttft, {}, (end - start) * 1000)
+                            for (p, r), (t, ttft, start, end) in zip(group, done, strict=True)]
                 first = min(start + (ttft or 0) / 1000 for _, ttft, start, _ in done)
+                last = max(end for *_, end in done)
                 tokens = sum(int(t.get("predicted_n", 0)) for t, *_ in done)
-                groups.append(Group(cfg.name, suite, mode, index, n, tokens,
-                                    (max(end for *_, end in done) - first) * 1000,
-                                    delta.get("drafted", 0), delta.get("accepted", 0), delta.get("steps")))
+                groups.append(Group(cfg.name, suite, mode, index, n, tokens, (last - first) * 1000,
+                                    delta.get("drafted", 0), delta.get("accepted", 0), delta.get("steps"),
+                                    (last - min(start for _, _, start, _ in done)) * 1000))
     return samples, groups
 
 

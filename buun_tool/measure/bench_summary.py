@@ -24,12 +24,17 @@ def row_of(run: ConfigRun, suite: str, mode: str, samples: list[Sample]) -> dict
     n_pos = max((len(s.accepted_per_pos) for s in samples), default=0)
     per_pos = [sum(s.accepted_per_pos[i] for s in samples if i < len(s.accepted_per_pos)) for i in range(n_pos)]
     ttfts = [s.ttft_ms for s in samples if s.ttft_ms is not None]
+    walls = [s.wall_ms for s in samples if s.wall_ms is not None]
     return {
         "config": run.config.name, "label": run.config.label, "suite": suite, "mode": mode,
         "requests": len(samples),
         "decode_tps": _ratio(sum(s.decode_tokens for s in samples) * 1000, sum(s.decode_ms for s in samples)),
         "prompt_tps": _ratio(sum(s.prompt_tokens for s in samples) * 1000, sum(s.prompt_ms for s in samples)),
         "ttft_ms": sum(ttfts) / len(ttfts) if ttfts else None,
+        # served: the tokens over the time from sending each request to its end (its prefill and
+        # first token too); None for a run recorded without that time
+        "served_tps": _ratio(sum(s.decode_tokens for s in samples) * 1000, sum(walls))
+        if walls and len(walls) == len(samples) else None,
         "drafted": sum(s.drafted for s in samples), "accepted": accepted, "steps": steps,
         "mean_al": 1 + accepted / steps if steps else None,
         # a DFlash step (draft, verify, commit): the server's decode time over its verify steps
@@ -67,7 +72,9 @@ def with_concurrency(rows: list[dict[str, Any]], runs: list[ConfigRun]) -> list[
     the server's verify steps; for one at a time, its decode tok/s. A DFlash row at a concurrency
     of N also gets its aggregate over the same DFlash configuration's one-slot tok/s (`vs_one_slot`)
     and over AR's aggregate at N (`vs_ar`): the targets of several slots; its speedup is over AR's
-    requests at N, not over AR alone."""
+    requests at N, not over AR alone. The aggregate's time starts at a group's first token, so a
+    slower first token hides more of the others' prefill before it: `served_tps` takes the time from
+    the sending instead, one slot's too, and `served_vs_one_slot` is their ratio."""
     by_name = {r.config.name: r for r in runs}
     for row in rows:
         run = by_name.get(row["config"])
@@ -78,6 +85,9 @@ def with_concurrency(rows: list[dict[str, Any]], runs: list[ConfigRun]) -> list[
             continue
         groups = [g for g in run.groups if (g.suite, g.mode) == (row["suite"], row["mode"])]
         row["aggregate_tps"] = _ratio(sum(g.decode_tokens for g in groups) * 1000, sum(g.window_ms for g in groups))
+        spans = [g.span_ms for g in groups]
+        row["served_tps"] = _ratio(sum(g.decode_tokens for g in groups) * 1000, sum(spans)) \
+            if groups and all(s is not None for s in spans) else None
         steps = [g.steps for g in groups]
         if steps and all(s is not None for s in steps) and sum(steps):
             row["steps"] = sum(steps)
@@ -93,6 +103,8 @@ def with_concurrency(rows: list[dict[str, Any]], runs: list[ConfigRun]) -> list[
         row["speedup"] = _ratio(row["decode_tps"] or 0, ar["decode_tps"] or 0) if run.config.spec and ar else None
         if run.config.spec and one and one["decode_tps"] and row["aggregate_tps"]:
             row["vs_one_slot"] = row["aggregate_tps"] / one["decode_tps"]
+        if run.config.spec and one and one.get("served_tps") and row.get("served_tps"):
+            row["served_vs_one_slot"] = row["served_tps"] / one["served_tps"]
         if run.config.spec and ar and ar["aggregate_tps"] and row["aggregate_tps"]:
             row["vs_ar"] = row["aggregate_tps"] / ar["aggregate_tps"]
     return rows

@@ -31,12 +31,12 @@ def concurrency_table(result: BenchResult) -> Any:
         return None
     t = Table(title="several requests at once", header_style="bold", box=None)
     for col in ("config", "suite", "mode", "at once", "per request tok/s", "aggregate tok/s", "AL",
-                "vs one slot", "vs AR at once"):
+                "vs one slot", "vs AR at once", "served tok/s", "served vs one slot"):
         t.add_column(col, justify="left" if col in ("config", "suite", "mode") else "right")
     for r in rows:
         t.add_row(r["label"], r["suite"], r["mode"], str(r["concurrency"]), _fmt(r["decode_tps"], ".1f"),
                   _fmt(r["aggregate_tps"], ".1f"), _fmt(r["mean_al"], ".2f"), _times(r.get("vs_one_slot")),
-                  _times(r.get("vs_ar")))
+                  _times(r.get("vs_ar")), _fmt(r.get("served_tps"), ".1f"), _times(r.get("served_vs_one_slot")))
     return t
 
 

@@ -156,13 +156,16 @@ def _concurrency(data: dict[str, Any]) -> str:
         return _not_run("Not run: no requests were sent at once in this run (buun bench --concurrency 4).")
     cells = [[_e(r["label"]), _e(r["suite"]), _e(r["mode"]), _num(r["concurrency"], "d"), _num(r["decode_tps"], ".1f"),
               _num(r.get("aggregate_tps"), ".1f"), _num(r["mean_al"], ".2f"), _num(r.get("vs_one_slot"), ".2f", "x"),
-              _num(r.get("vs_ar"), ".2f", "x"), _num(r["peak_gpu_mib"], "d")] for r in rows]
+              _num(r.get("vs_ar"), ".2f", "x"), _num(r.get("served_tps"), ".1f"),
+              _num(r.get("served_vs_one_slot"), ".2f", "x"), _num(r["peak_gpu_mib"], "d")] for r in rows]
     head = ["configuration", "suite", "mode", "at once", "per request tok/s", "aggregate tok/s", "mean AL",
-            "vs one slot", "vs AR at once", "peak GPU MiB"]
+            "vs one slot", "vs AR at once", "served tok/s", "served vs one slot", "peak GPU MiB"]
     note = ('<p class="note">N requests sent together to a server of N slots, group after group. Per request: '
             "each request's own decode tok/s; aggregate: the tokens of a group over the time from its first "
             "generated token to its last request's end. The aggregate is set against the same configuration's "
-            "tok/s with one request at a time (one slot) and against AR's aggregate at the same concurrency.</p>")
+            "tok/s with one request at a time (one slot) and against AR's aggregate at the same concurrency. "
+            "Served: the tokens over the time from sending the requests to their end, prefill and first "
+            "token included, at once and one at a time.</p>")
     return note + _table("concurrency", head, cells, left=3)
 
 
