@@ -278,8 +278,8 @@ gpu_slots() {
     python3 - "$RES/$name/bench.json" "$name" >> "$RES/summary.txt" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-rows = [f"{r['config']}: {r.get('aggregate_tps') or r['decode_tps']:.1f} tok/s AL {r.get('mean_al') or 0:.2f}"
-        for r in d["summary"]]
+rows = [f"{r['config']}: {r.get('aggregate_tps') or r['decode_tps']:.1f} tok/s (served {r.get('served_tps') or 0:.1f})"
+        f" AL {r.get('mean_al') or 0:.2f}" for r in d["summary"]]
 groups = [f"{g['config']}#{g['index']}: {g['decode_tokens'] / g['window_ms'] * 1000:.1f}" for g in d["groups"]]
 print(sys.argv[2], "|", "; ".join(rows), "| groups:", ", ".join(groups))
 PY

@@ -56,9 +56,10 @@ static void launch(const float * q, const float * k, const float * v, const floa
     const int64_t sb1 = 1, sb2 = H, sb3 = H * n;
     float * state = dst + (size_t) S_V * H * n;
     const size_t smem = tree ? ts.smem : 0;
-    // the kernel the series launches (gdn_kernel: sized for 12 blocks an SM, a tree's only where more
-    // of its blocks then fit an SM than with the one sized for 2)
-    gdn_kernel<S_V, false, false, tree>(smem, 128)<<<dim3(H, 1, S_V / 4), dim3(32, 4, 1), smem, stream>>>(
+    // the kernel and geometry the series launches (launch_gated_delta_net): a tree a warp a column, 4
+    // columns a block; a chain gdn_lanes lanes a column, gdn_cols columns a block
+    const int lanes = tree ? 32 : gdn_lanes<S_V>, cols = tree ? 4 : gdn_cols;
+    gdn_kernel<S_V, false, false, tree>(smem, lanes * cols)<<<dim3(H, 1, S_V / cols), dim3(lanes, cols, 1), smem, stream>>>(
         q, k, v, g, b, s, dst, state, H, n, 1, sq1, sq2, sq3, sv1, sv2, sv3, sb1, sb2, sb3,
         init_fastdiv_values(H_QK), init_fastdiv_values(1), 1.0f / sqrtf((float) S_V), 0, 1,
         parent, slots, (int64_t) S_V * S_V * H, ts.n_slots, ts.n_shared);
