@@ -169,6 +169,25 @@ gpu_benches() {
     done
 }
 
+# `buun bench` of AR and the chain at synthetic AL 1 / 7.67 / 8.31 (2 prompts x 512 tokens) with the
+# step profile, in the environment given: gpu_bench_line NAME [VAR=VALUE...]; a line of each
+# configuration's tok/s and AL in summary.txt, each server's last profile line in profile.txt
+gpu_bench_line() {
+    local name=$1
+    shift
+    step "$name" 600 env LLAMA_SPEC_PROFILE=1 "$@" $BUUN bench "${BENCH[@]}" --synthetic-al 1 --synthetic-al 7.67 \
+        --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/$name"
+    for f in "$RES/$name"/server-*.log; do
+        grep "spec profile" "$f" | tail -1 | sed "s|^.*spec profile: |$name/$(basename "$f"): |" >> "$RES/profile.txt"
+    done
+    python3 - "$RES/$name/bench.json" "$name" >> "$RES/summary.txt" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(sys.argv[2], "|", "; ".join(f"{r['config']}: {r['decode_tps']:.1f} tok/s AL {r.get('mean_al') or 0:.2f}"
+                                  for r in d["summary"]))
+PY
+}
+
 # the per-phase profile and `buun bench` of each variant (only the profile with --no-bench), the
 # variants interleaved, twice: gpu_variants [--no-bench] "NAME|VAR=VALUE ...[|SERVER_ARGS]" ...;
 # results in $RES/profile-NAME-1, bench-NAME-1, ...

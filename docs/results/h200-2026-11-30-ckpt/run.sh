@@ -23,17 +23,7 @@ for round in 1 2; do
     [ "$round" = 2 ] || gpu_slots "s4-noram-$round" 4 4 512 -- --server-args "--cache-ram 0 $LOG"
 done
 python3 "$HERE/logcost.py" "$RES"/s4-*/server-*.log > "$RES/logcost.txt" 2>&1
-step bench 600 env LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]}" --synthetic-al 1 --synthetic-al 7.67 \
-    --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/bench"
-for f in "$RES"/bench/server-*.log; do
-    grep "spec profile" "$f" | tail -1 | sed "s|^.*spec profile: |bench/$(basename "$f"): |" >> "$RES/profile.txt"
-done
-python3 - "$RES/bench/bench.json" >> "$RES/summary.txt" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-print("bench |", "; ".join(f"{r['config']}: {r['decode_tps']:.1f} tok/s AL {r.get('mean_al') or 0:.2f}"
-                           for r in d["summary"]))
-PY
+gpu_bench_line bench
 # 0001's chain kernel as compute_86 PTX (what a 3090 gets, compiled by the driver here) against sm_90
 g=vendor/llama.cpp/ggml
 for arch in "sm_$CUDA_ARCH" compute_86; do
