@@ -53,8 +53,15 @@ check: lint                           ## lint, then the tests that need no llama
 	  --durations=5; rc=$$?; \
 	  echo "tier check: $$(( $$(date +%s) - start )) s"; exit $$rc
 
+# The slow tier runs in SLOW_JOBS processes, a test file to one process at a time (--dist loadfile:
+# a module's shared servers stay in one), and with more than one every llama-server the tests start
+# takes one thread (LLAMA_ARG_THREADS; a test's own -t wins): two servers of two threads on two
+# cores wait for each other's threads at every op, two of one thread run side by side, and much of
+# the tier only waits (supervisors, restarts, the fake Hub), which the other process fills.
+SLOW_JOBS ?= 2
 test: check                           ## the whole suite: `check`, then the tests that run the CPU build
-	@start=$$(date +%s); $(PYTHON) -m pytest -q -m slow --durations=15; rc=$$?; \
+	@start=$$(date +%s); $(if $(filter-out 1,$(SLOW_JOBS)),LLAMA_ARG_THREADS=1) $(PYTHON) -m pytest -q -m slow \
+	  $(if $(filter-out 1,$(SLOW_JOBS)),-n $(SLOW_JOBS) --dist loadfile) --durations=15; rc=$$?; \
 	  echo "tier slow: $$(( $$(date +%s) - start )) s"; exit $$rc
 
 clean-build:
