@@ -169,18 +169,17 @@ gpu_benches() {
     done
 }
 
-# `buun bench` of AR and the chain at synthetic AL 1 / 7.67 / 8.31 (2 prompts x 512 tokens) with the
-# step profile, in the environment given: gpu_bench_line NAME [VAR=VALUE...]; a line of each
-# configuration's tok/s and AL in summary.txt, each server's last profile line in profile.txt
+# gpu_benches' bench of one configuration with the step profile, in the environment given:
+# gpu_bench_line NAME [VAR=VALUE...]; results in $RES/bench-NAME, a line of each configuration's
+# tok/s and AL in summary.txt, each server's last profile line in profile.txt
 gpu_bench_line() {
-    local name=$1
+    local name=$1 f
     shift
-    step "$name" 600 env LLAMA_SPEC_PROFILE=1 "$@" $BUUN bench "${BENCH[@]}" --synthetic-al 1 --synthetic-al 7.67 \
-        --synthetic-al 8.31 --prompts 2 --n-predict 512 --out "$RES/$name"
-    for f in "$RES/$name"/server-*.log; do
-        grep "spec profile" "$f" | tail -1 | sed "s|^.*spec profile: |$name/$(basename "$f"): |" >> "$RES/profile.txt"
+    gpu_benches "$name|LLAMA_SPEC_PROFILE=1 $*|"
+    for f in "$RES/bench-$name"/server-*.log; do
+        grep "spec profile" "$f" | tail -1 | sed "s|^.*spec profile: |bench-$name/$(basename "$f"): |" >> "$RES/profile.txt"
     done
-    python3 - "$RES/$name/bench.json" "$name" >> "$RES/summary.txt" <<'PY'
+    python3 - "$RES/bench-$name/bench.json" "$name" >> "$RES/summary.txt" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 print(sys.argv[2], "|", "; ".join(f"{r['config']}: {r['decode_tps']:.1f} tok/s AL {r.get('mean_al') or 0:.2f}"

@@ -23,7 +23,7 @@ for round in 1 2; do
     [ "$round" = 2 ] || gpu_slots "s4-noram-$round" 4 4 512 -- --server-args "--cache-ram 0 $LOG"
 done
 python3 "$HERE/logcost.py" "$RES"/s4-*/server-*.log > "$RES/logcost.txt" 2>&1
-gpu_bench_line bench
+gpu_bench_line chain
 # 0001's chain kernel as compute_86 PTX (what a 3090 gets, compiled by the driver here) against sm_90
 g=vendor/llama.cpp/ggml
 for arch in "sm_$CUDA_ARCH" compute_86; do
