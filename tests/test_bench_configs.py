@@ -60,8 +60,8 @@ class TestOverrides:
     def test_upstream_respells_in_place(self) -> None:
         base = command.recipe_flags(recipes.load().server_flags)
         sets, drops = UPSTREAM.serve_args(base)
-        # upstream has no tree (patch 0023) and no verify maximum over slots (0031)
-        assert drops == ["-cd", "--spec-tree-budget", "--spec-tree-k", "--spec-verify-max"]
+        # upstream has no tree (patch 0023), no verify maximum over slots (0031), no rests (0033)
+        assert drops == ["-cd", "--spec-tree-budget", "--spec-tree-k", "--spec-verify-max", "--spec-skip-after"]
         assert sets == [("--spec-type", "draft-dflash"), ("--spec-draft-n-max", "16"), ("--spec-draft-n-min", "1")]
         # a value given on the bench command line is respelled with its own value
         sets, _ = Overrides(set=(("--draft-max", "8"),)).then(UPSTREAM).serve_args(base)
@@ -84,7 +84,8 @@ class TestArgv:
 
     def test_upstream_is_serve_with_upstream_spellings(self, fake_bin: Path) -> None:
         got = _argv(bench_configs.synthetic(2.0), bench_configs.common(ctx=1024).then(UPSTREAM), fake_bin)
-        assert got == _serve("--port", "9000", "--drop", "-cd", "--drop", "--spec-verify-max", "--", "-c", "1024",
+        assert got == _serve("--port", "9000", "--drop", "-cd", "--drop", "--spec-verify-max", "--drop",
+                             "--spec-skip-after", "--", "-c", "1024",
                              "--spec-synth-len", "2", "--spec-type", "draft-dflash", "--spec-draft-n-max", "16",
                              "--spec-draft-n-min", "1")
 

@@ -242,8 +242,8 @@ class TestPrintCmd:
         assert r.exit_code == 0, r.output
         assert r.stdout.strip() == (
             f"{fake_bin}/llama-server -m /m/t.gguf -md /m/d.gguf --spec-type dflash -ngl 99 -ngld 99 "
-            "-c 6048 -cd 256 -fa on -b 256 -ub 64 --draft-max 16 --draft-min 1 --spec-verify-max 64 --jinja "
-            "--backend-sampling "
+            "-c 6048 -cd 256 -fa on -b 256 -ub 64 --draft-max 16 --draft-min 1 --spec-verify-max 64 "
+            "--spec-skip-after 3 --jinja --backend-sampling "
             "-np 1 --alias qwen3.5-27b-dflash --host 127.0.0.1 --port 8080 --metrics")  # -np: server.slots
 
     def test_a_context_without_its_number(self, fake_bin: Path) -> None:

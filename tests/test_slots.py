@@ -12,6 +12,8 @@ disturb each other:
   decoding its tokens from scratch gives (patch 0011);
 - a step verifies at most --spec-verify-max rows over its slots, each drafting slot its share
   (patch 0031);
+- a slot whose drafts keep missing rests its drafter for ever longer stretches until one is
+  accepted (patch 0033);
 - the features of a verify batch of several slots stay on the device and draft as the host's
   (patch 0014);
 - a request cancelled mid-stream leaves the other slot's output unchanged, and its slot, reused,
@@ -35,6 +37,7 @@ from typing import Any
 import pytest
 import requests
 
+from buun_tool.measure import treeprofile
 from tests.support.real_llama_server import Server, concurrently, gpu_layers, llama_server, stream_then_close
 from tests.test_correctness import (
     DFLASH,
@@ -183,6 +186,77 @@ def test_a_step_verifies_within_its_maximum_over_the_slots(ar: Server, llama_bin
     assert shared and max(shared) <= 11, f"a draft past one slot's share of 12 rows: {sorted(set(shared))}"
     assert 2 in shared and 11 in shared, f"expected four slots' share (2) and one slot's (11): {sorted(set(shared))}"
     assert max(drafts()) > 11, "without the maximum, drafts stay within 11 anyway: the test shows nothing"
+
+
+# a verified draft, or a step without one (patch 0033), with LLAMA_TRACE=1
+STEP = re.compile(r"accepted +(\d+)/ *\d+ draft tokens|no draft this step")
+
+
+def _steps(log: Path) -> list[int | None]:
+    """A one-slot server's steps from its trace log: the tokens accepted of each verified draft,
+    None for a step without one."""
+    return [int(m.group(1)) if m.group(1) is not None else None for m in STEP.finditer(log.read_text())]
+
+
+def _rests_follow_the_rule(steps: list[int | None]) -> list[int]:
+    """The lengths of the rests (runs of steps without a draft), each checked: it starts after 3
+    drafted misses in a row, is 4 steps long after the third, twice the last one after each later
+    miss, at most 32 (the last may be cut by the request's end); an accepted draft starts the count
+    again."""
+    rests: list[int] = []
+    i = 0
+    while i < len(steps):
+        if steps[i] is not None:
+            i += 1
+            continue
+        j = i
+        while j < len(steps) and steps[j] is None:
+            j += 1
+        drafted = [a for a in steps[:i] if a is not None]
+        misses = len(drafted) - max((k + 1 for k, a in enumerate(drafted) if a), default=0)
+        assert misses >= 3, (i, steps)
+        want = min(4 * 2 ** (misses - 3), 32)
+        assert j - i == want or (j == len(steps) and j - i < want), (i, want, steps)
+        rests.append(j - i)
+        i = j
+    return rests
+
+
+def test_a_drafter_that_keeps_missing_rests(ar: Server, llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
+                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patch 0033 (--spec-skip-after 3, as the recipes set it): after 3 drafts in a row that
+    missed, a slot goes without drafts for 4 steps, then 8, 16 and 32 while the draft between two
+    rests misses too, until a draft is accepted. At synthetic AL 1 nothing is ever accepted: a
+    request's 39 steps are 3 drafts, 4 rests, a draft, 8, a draft, 16, a draft and 5 of the 32;
+    without the flag all 39 draft, with the same tokens. The tiny pair's own drafts, which all
+    miss, rest by the rule and give AR's tokens; where a draft misses one step in two at random (a
+    synthetic tree profile), drafts are accepted after rests and the count starts again."""
+    monkeypatch.setenv("LLAMA_TRACE", "1")
+    prompt, n = _prompt(1, 24), 40
+    rule = ("--spec-skip-after", "3")
+
+    def run(name: str, *extra: str) -> tuple[list[int | None], list[int]]:
+        log = tmp_path / f"{name}.log"
+        with llama_server(llama_bin, _slots_args(tiny_pair_f32, 1, *EXACT, *extra), log) as spec:
+            out = spec.complete(prompt, n, seed=3)
+        return _steps(log), out["tokens"]
+
+    none, tokens = run("al1", "--spec-synth-len", "1", *rule)
+    want: list[int | None] = [0, 0, 0, *[None] * 4, 0, *[None] * 8, 0, *[None] * 16, 0, *[None] * 5]
+    assert none == want, none
+    every, tokens_every = run("al1-every-step", "--spec-synth-len", "1")
+    assert every == [0] * (n - 1) and tokens_every == tokens
+
+    own, tokens = run("own", *rule)
+    assert _rests_follow_the_rule(own) == [4, 8, 16, 5], own
+    _greedy_matches(ar, prompt, tokens, _tie_tol())
+
+    # half the depths hard, where the drafter's first choice is never the target's: a draft misses
+    # at its first token one step in two, independently, so runs of misses end at random
+    half = treeprofile.synth_tree_value(treeprofile.Profile(u=0.5, hard_top1=0.0))
+    some, _ = run("half", "--spec-synth-tree", half, *rule)
+    first = some.index(None) if None in some else len(some)
+    assert _rests_follow_the_rule(some) and any(some[first:]), f"expected a rest, then an accepted draft: {some}"
 
 
 def test_a_cached_slot_keeps_its_state_while_the_others_work(ar: Server, llama_bin: Path,

@@ -78,10 +78,10 @@ def _matches(flag: Flag, pattern: Flag) -> bool:
 
 # What pinned upstream llama.cpp calls the fork's settings the recipe uses (buun's patch 0007 adds
 # the fork's names): the same DFlash, draft size and batch; no -cd (upstream's drafter takes the
-# target's context), no tree (patch 0023) and no verify maximum over slots (0031). `buun bench
-# --against upstream` runs every configuration with it.
+# target's context), no tree (patch 0023), no verify maximum over slots (0031) and no rests for a
+# drafter that keeps missing (0033). `buun bench --against upstream` runs every configuration with it.
 UPSTREAM = Overrides(
-    drop=("-cd", command.TREE_BUDGET, command.TREE_K, "--spec-verify-max"),
+    drop=("-cd", command.TREE_BUDGET, command.TREE_K, "--spec-verify-max", "--spec-skip-after"),
     respell=((("--spec-type", "dflash"), ("--spec-type", "draft-dflash")),
              (("--draft-max", None), ("--spec-draft-n-max", None)),
              (("--draft-min", None), ("--spec-draft-n-min", None))))
