@@ -169,16 +169,23 @@ gpu_benches() {
     done
 }
 
+# each server's last step-profile line of gpu_benches' bench NAME (run with LLAMA_SPEC_PROFILE=1),
+# appended to profile.txt: gpu_profile_lines NAME
+gpu_profile_lines() {
+    local f
+    for f in "$RES/bench-$1"/server-*.log; do
+        grep "spec profile" "$f" | tail -1 | sed "s|^.*spec profile: |bench-$1/$(basename "$f"): |" >> "$RES/profile.txt"
+    done
+}
+
 # gpu_benches' bench of one configuration with the step profile, in the environment given:
 # gpu_bench_line NAME [VAR=VALUE...]; results in $RES/bench-NAME, a line of each configuration's
 # tok/s and AL in summary.txt, each server's last profile line in profile.txt
 gpu_bench_line() {
-    local name=$1 f
+    local name=$1
     shift
     gpu_benches "$name|LLAMA_SPEC_PROFILE=1 $*|"
-    for f in "$RES/bench-$name"/server-*.log; do
-        grep "spec profile" "$f" | tail -1 | sed "s|^.*spec profile: |bench-$name/$(basename "$f"): |" >> "$RES/profile.txt"
-    done
+    gpu_profile_lines "$name"
     python3 - "$RES/bench-$name/bench.json" "$name" >> "$RES/summary.txt" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))

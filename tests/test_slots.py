@@ -28,6 +28,7 @@ any batch; a CUDA build picks kernels by batch size, so those run on the CPU onl
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from collections.abc import Iterator
@@ -205,20 +206,16 @@ def _rests_follow_the_rule(steps: list[int | None]) -> list[int]:
     again."""
     rests: list[int] = []
     i = 0
-    while i < len(steps):
-        if steps[i] is not None:
-            i += 1
-            continue
-        j = i
-        while j < len(steps) and steps[j] is None:
-            j += 1
-        drafted = [a for a in steps[:i] if a is not None]
-        misses = len(drafted) - max((k + 1 for k, a in enumerate(drafted) if a), default=0)
-        assert misses >= 3, (i, steps)
-        want = min(4 * 2 ** (misses - 3), 32)
-        assert j - i == want or (j == len(steps) and j - i < want), (i, want, steps)
-        rests.append(j - i)
-        i = j
+    for rest, run in itertools.groupby(steps, key=lambda a: a is None):
+        n = len(list(run))
+        if rest:
+            drafted = [a for a in steps[:i] if a is not None]
+            misses = len(drafted) - max((k + 1 for k, a in enumerate(drafted) if a), default=0)
+            assert misses >= 3, (i, steps)
+            want = min(4 * 2 ** (misses - 3), 32)
+            assert n == want or (i + n == len(steps) and n < want), (i, want, steps)
+            rests.append(n)
+        i += n
     return rests
 
 

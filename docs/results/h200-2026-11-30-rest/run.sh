@@ -2,9 +2,9 @@
 # session 37, issue #49 (journal 2026-11-30, section 59): patch 0033, a drafter that keeps missing
 # rests (the recipe's --spec-skip-after 3). `buun bench` (AR, synthetic AL 1, 7.67, 8.31; 2 code
 # prompts x 512 tokens) with the rule and without it (--spec-skip-after 0), interleaved, twice.
-# summary.txt and profile.txt also hold the first form's run (a rest every other step).
-# ~14 min on 16 cores; summary.txt has each bench's tok/s, the AR-step times a token takes at AL 1
-# and each DFlash row's ratio to its AR (and, kept here, the AL 1 servers' step profiles).
+# ~9 min on 16 cores; summary.txt has each bench's tok/s, the AR-step times a token takes at AL 1
+# and each DFlash row's ratio to its AR, profile.txt the step profiles. The summary.txt kept here
+# also holds the AL 1 servers' profile lines and the first form's run (a rest every other step).
 set -u
 cd "$(dirname "$0")/../../.."
 rm -rf /tmp/buun-snap && cp -a . /tmp/buun-snap && cd /tmp/buun-snap || exit 1
@@ -12,11 +12,8 @@ rm -rf /tmp/buun-snap && cp -a . /tmp/buun-snap && cd /tmp/buun-snap || exit 1
 gpu_prepare_lean
 for round in 1 2; do
     gpu_benches "rule-$round|LLAMA_SPEC_PROFILE=1|" "every-$round|LLAMA_SPEC_PROFILE=1|--spec-skip-after 0"
-    for name in "rule-$round" "every-$round"; do
-        for f in "$RES/bench-$name"/server-*.log; do
-            grep "spec profile" "$f" | tail -1 | sed "s|^.*spec profile: |bench-$name/$(basename "$f"): |" >> "$RES/profile.txt"
-        done
-    done
+    gpu_profile_lines "rule-$round"
+    gpu_profile_lines "every-$round"
 done
 python3 - "$RES"/bench-*/bench.json >> "$RES/summary.txt" <<'PY'
 import json, sys
