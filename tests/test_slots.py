@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -256,6 +257,14 @@ def test_a_drafter_that_keeps_missing_rests(ar: Server, llama_bin: Path, tiny_pa
     some, _ = run("half", "--spec-synth-tree", half, *rule)
     first = some.index(None) if None in some else len(some)
     assert _rests_follow_the_rule(some) and any(some[first:]), f"expected a rest, then an accepted draft: {some}"
+
+
+def test_a_negative_skip_after_is_refused(llama_bin: Path) -> None:
+    """--spec-skip-after -1 is refused when the arguments are read, saying what is expected."""
+    r = subprocess.run([str(llama_bin / "llama-server"), "--spec-skip-after", "-1"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0
+    assert "--spec-skip-after must be 0 (draft at every step) or more" in r.stdout + r.stderr
 
 
 def test_a_cached_slot_keeps_its_state_while_the_others_work(ar: Server, llama_bin: Path,
