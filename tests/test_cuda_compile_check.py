@@ -127,8 +127,10 @@ class _Server:
                 for k, v in {**headers, "Content-Length": str(len(body))}.items():
                     self.send_header(k, v)
                 self.end_headers()
-                self.wfile.write(body)
+                # Counted before the write: the client may have the body, and the test may read
+                # `sent`, before this thread runs another line after it.
                 server.sent += len(body)
+                self.wfile.write(body)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
