@@ -39,6 +39,23 @@ def test_binaries_are_found_and_run(llama_bin: Path) -> None:
         build.find_binary("llama-not-a-program")
 
 
+def test_the_targets_that_allow_it_compile_as_unity_builds(llama_bin: Path) -> None:
+    """buun_tool/data/unity.cmake took effect: its targets compiled as batches of sources (CMake's
+    Unity folders), without the sources it leaves out."""
+    bdir = paths.build_dir("cpu")
+
+    def batched(target: str) -> str:
+        files = list(bdir.glob(f"**/{target}.dir/Unity/unity_*_cxx.cxx"))
+        assert files, f"{target} did not compile as a unity build in {bdir}"
+        return "".join(f.read_text() for f in files)
+
+    assert "/server-context.cpp" in batched("server-context")
+    common = batched("llama-common")
+    assert "/common/arg.cpp" in common and "/common/json.cpp" not in common
+    mtmd = batched("mtmd")
+    assert "/mtmd/clip.cpp" in mtmd and "/mtmd-helper.cpp" not in mtmd
+
+
 def test_cuda_plan_has_the_forks_flags_and_the_given_arch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(build, "find_nvcc", lambda: "/usr/local/cuda/bin/nvcc")
     p = build.plan(cuda=True, arch="86", ui="none")

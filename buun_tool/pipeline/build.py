@@ -56,6 +56,9 @@ COMMON_FLAGS = (
     "-DLLAMA_BUILD_SERVER=ON",
     "-DGGML_RPC=ON",  # llama-server's --rpc and ggml-rpc-server, which `buun worker` runs on other machines
 )
+# Which C++ targets compile as unity builds (a cmake file of buun's, included by the configure):
+# fewer, larger compiler runs, each parsing the headers its sources share once.
+UNITY_CMAKE = Path(__file__).resolve().parents[1] / "data" / "unity.cmake"
 # GB of memory one compile job may take: nvcc on the FA kernels is the hungry one.
 MEM_PER_JOB_GB = {"cuda": 3.0, "cpu": 1.0}
 
@@ -154,7 +157,7 @@ def plan(cpu: bool = False, cuda: bool = False, arch: str | None = None, jobs: i
     if ui not in _UI_FLAGS:
         raise UsageError(f"unknown UI mode {ui!r}", f"valid: {', '.join(_UI_FLAGS)}")
     generator = "Ninja" if shutil.which("ninja") else "Unix Makefiles"
-    args = ["-G", generator, *COMMON_FLAGS, *_UI_FLAGS[ui]]
+    args = ["-G", generator, *COMMON_FLAGS, *_UI_FLAGS[ui], f"-DCMAKE_PROJECT_INCLUDE={UNITY_CMAKE}"]
     if variant == "cuda":
         args += [*CUDA_FLAGS, f"-DCMAKE_CUDA_ARCHITECTURES={arch}"]
     else:
@@ -250,6 +253,7 @@ def _stamp_for(p: BuildPlan, src: Path) -> dict[str, object]:
         "arch": p.arch,
         "ui": p.ui,
         "cmake_args": [a for a in p.cmake_args if "LAUNCHER" not in a],
+        "unity": hashlib.sha256(UNITY_CMAKE.read_bytes()).hexdigest()[:16],
         "compiler": _compiler_version(),
         "nvcc": run([nvcc, "--version"]).stdout.strip().splitlines()[-1] if nvcc else None,
         "targets": list(p.targets),
@@ -297,8 +301,8 @@ class BuildResult:
 # what each stamp key means, for the reason a build is stale
 _STAMP_KEYS = {"pin": "the pin", "source": "the patched source tree", "upstream": "the source (patched or upstream)",
                "variant": "the variant", "arch": "the CUDA architecture", "ui": "the web UI mode",
-               "cmake_args": "the cmake flags", "compiler": "the compiler", "nvcc": "the CUDA toolkit",
-               "targets": "the programs built"}
+               "cmake_args": "the cmake flags", "unity": "the unity build's targets", "compiler": "the compiler",
+               "nvcc": "the CUDA toolkit", "targets": "the programs built"}
 
 
 def _what(p: BuildPlan) -> str:
