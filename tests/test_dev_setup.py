@@ -32,4 +32,4 @@ def test_the_readme_installs_into_a_virtual_environment() -> None:
     assert "python3 -m venv .venv" in install and ".venv/bin/pip install -e ." in install
     assert not re.search(r"^\s*(python3 -m )?pip3? install", readme, re.M)  # never into the system Python
     dev = (ROOT / "docs" / "development.md").read_text()
-    assert "about 7 min" in dev and "| `make check` |" in dev  # what `make dev` and each tier take
+    assert "about 6 min" in dev and "| `make check` |" in dev  # what `make dev` and each tier take
