@@ -930,22 +930,27 @@ def test_speculative_simple_writes_its_whole_log_before_it_exits(llama_bin: Path
     err: list[bytes] = []
     reader = threading.Thread(target=lambda: err.append(proc.stderr.read() if proc.stderr else b""), daemon=True)
     reader.start()
+    worker, exited = 0, False
     try:
         worker = _stop_log_worker(proc.pid)
         # either the process ends (the worker, traced, is reaped here) or all its other threads
         # sleep, the worker's queue unwritten, for 10 samples in a row
-        deadline, asleep, exited = time.monotonic() + 300, 0, False
+        deadline, asleep = time.monotonic() + 300, 0
         while not exited and asleep < 10:
             assert time.monotonic() < deadline, f"the program neither ended nor slept: {_threads(proc.pid)}"
             exited = os.waitpid(worker, os.WNOHANG | WALL)[0] != 0
             others = [s for t, s in _threads(proc.pid).items() if t != worker]
             asleep = asleep + 1 if others and all(s == "S" for s in others) else 0
             time.sleep(0.03)
-        if not exited:
-            _ptrace(PTRACE_DETACH, worker)
     finally:
-        rc = proc.wait(timeout=120)
-        reader.join(timeout=60)
+        if worker and not exited:
+            _ptrace(PTRACE_DETACH, worker)  # let it go, whatever stopped the test
+        try:
+            rc = proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            reader.join(timeout=60)
     log = err[0].decode(errors="replace") if err else ""
     assert rc == 0, log[-3000:]
     assert re.search(r"n_drafted\s*=\s*[1-9]", log), \
