@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Compile-only check of the CUDA sources the patch series adds or changes, for machines with nvcc
-and no GPU (CI). It compiles, with the flags of ggml-cuda's CMake build and for each --arch:
+and no GPU (CI). It compiles, with the flags of ggml-cuda's CMake build, for every --arch in one nvcc
+run a file (a run per --arch to name the failing ones when it fails):
 
 - every .cu file under ggml/src/ggml-cuda/ that a patches/*.patch adds or changes (read from the
   patches' `diff --git` lines, not from the tree's history);
@@ -376,9 +377,10 @@ def nvcc_version(nvcc: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def nvcc_command(nvcc: str, tree: Path, source: str, arch: str, extra_includes: Sequence[Path]) -> list[str]:
+def nvcc_command(nvcc: str, tree: Path, source: str, arches: Sequence[str],
+                 extra_includes: Sequence[Path]) -> list[str]:
     return [nvcc, "-c", "-o", os.devnull, *NVCC_FLAGS,
-            "-gencode", f"arch=compute_{arch},code=sm_{arch}",
+            *(x for a in arches for x in ("-gencode", f"arch=compute_{a},code=sm_{a}")),
             *(f"-D{d}" for d in DEFINES),
             *(f"-I{tree / d}" for d in INCLUDE_DIRS),
             *(f"-I{d}" for d in extra_includes),
@@ -388,19 +390,35 @@ def nvcc_command(nvcc: str, tree: Path, source: str, arch: str, extra_includes: 
 @dataclass
 class Result:
     source: str
-    arch: str
+    arches: tuple[str, ...]
     seconds: float
     rc: int
     output: str
 
+    @property
+    def sm(self) -> str:
+        return ", ".join(f"sm_{a}" for a in self.arches)
 
-def compile_one(nvcc: str, tree: Path, source: str, arch: str, extra_includes: Sequence[Path]) -> Result:
+
+def compile_one(nvcc: str, tree: Path, source: str, arches: Sequence[str],
+                extra_includes: Sequence[Path]) -> Result:
     start = time.monotonic()
     # nvcc's temporaries go to a directory of this compile's own, removed after
     with tempfile.TemporaryDirectory(prefix="cuda-check-") as tmp:
-        p = subprocess.run(nvcc_command(nvcc, tree, source, arch, extra_includes), capture_output=True,
+        p = subprocess.run(nvcc_command(nvcc, tree, source, arches, extra_includes), capture_output=True,
                            text=True, env={**os.environ, "TMPDIR": tmp})
-    return Result(source, arch, time.monotonic() - start, p.returncode, (p.stdout + p.stderr).strip())
+    return Result(source, tuple(arches), time.monotonic() - start, p.returncode, (p.stdout + p.stderr).strip())
+
+
+def compile_file(nvcc: str, tree: Path, source: str, arches: Sequence[str],
+                 extra_includes: Sequence[Path]) -> list[Result]:
+    """One nvcc run for every architecture (the host side and the front end once: 13.3 s for
+    top-k.cu against 21.6 in a run per architecture); when it fails, a run per architecture, so
+    that the report says which of them fail."""
+    both = compile_one(nvcc, tree, source, arches, extra_includes)
+    if both.rc == 0 or len(arches) == 1:
+        return [both]
+    return [compile_one(nvcc, tree, source, [a], extra_includes) for a in arches]
 
 
 def _tail(text: str, limit: int = MAX_ERROR_LINES) -> str:
@@ -416,19 +434,19 @@ def run_compiles(nvcc: str, tree: Path, files: Sequence[str], arches: Sequence[s
     # fill in around them
     memo: dict[str, frozenset[str]] = {}
     cost = {f: sum((tree / g).stat().st_size for g in {f, *_includes(tree, f, memo)}) for f in files}
-    work = sorted(((f, a) for f in files for a in arches), key=lambda fa: -cost[fa[0]])
+    work = sorted(files, key=lambda f: -cost[f])
     width = max(len(f) for f in files)
     results: list[Result] = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(compile_one, nvcc, tree, f, a, extra_includes) for f, a in work]
+        futures = [pool.submit(compile_file, nvcc, tree, f, arches, extra_includes) for f in work]
         for fut in as_completed(futures):
-            r = fut.result()
-            results.append(r)
-            status = "ok  " if r.rc == 0 else "FAIL"
-            note = "" if r.rc or not r.output else f"  ({len(r.output.splitlines())} lines of warnings below)"
-            print(f"  {status} sm_{r.arch}  {r.source:<{width}} {r.seconds:6.1f} s{note}", flush=True)
-            if r.output and r.rc == 0:
-                print(_tail(r.output), flush=True)
+            for r in fut.result():
+                results.append(r)
+                status = "ok  " if r.rc == 0 else "FAIL"
+                note = "" if r.rc or not r.output else f"  ({len(r.output.splitlines())} lines of warnings below)"
+                print(f"  {status} {r.sm:<14} {r.source:<{width}} {r.seconds:6.1f} s{note}", flush=True)
+                if r.output and r.rc == 0:
+                    print(_tail(r.output), flush=True)
     return results
 
 
@@ -506,12 +524,12 @@ def main(argv: Sequence[str]) -> int:
     results = run_compiles(nvcc, tree, files, arches, args.jobs, [headers.include])
     wall = time.monotonic() - start
     failed = [r for r in results if r.rc != 0]
-    for r in sorted(failed, key=lambda r: (r.source, r.arch)):
-        print(f"\n--- {r.source} for sm_{r.arch} failed (exit {r.rc}):\n{_tail(r.output)}", file=sys.stderr)
-    print(f"cuda compile check: {len(results) - len(failed)} of {len(results)} compiles passed "
-          f"({len(files)} files x sm_{', sm_'.join(arches)}) in {wall:.0f} s wall, "
-          f"{sum(r.seconds for r in results):.0f} s of compiles"
-          + (f"; FAILED: {', '.join(f'{r.source} (sm_{r.arch})' for r in failed)}" if failed else ""))
+    for r in sorted(failed, key=lambda r: (r.source, r.arches)):
+        print(f"\n--- {r.source} for {r.sm} failed (exit {r.rc}):\n{_tail(r.output)}", file=sys.stderr)
+    bad = {r.source for r in failed}
+    print(f"cuda compile check: {len(files) - len(bad)} of {len(files)} files compiled for sm_{', sm_'.join(arches)} "
+          f"in {wall:.0f} s wall, {sum(r.seconds for r in results):.0f} s of compiles"
+          + (f"; FAILED: {', '.join(f'{r.source} ({r.sm})' for r in failed)}" if failed else ""))
     return 1 if failed else 0
 
 
