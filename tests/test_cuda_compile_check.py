@@ -291,24 +291,31 @@ def test_main_refuses_an_unpatched_tree(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
 # --- one nvcc run a file, a run per architecture when it fails -----------------------------------
 
-def _fake_nvcc(tmp_path: Path, failing_arch: str | None) -> str:
-    """An nvcc that records its -gencode options and fails for `failing_arch`."""
+def _fake_nvcc(tmp_path: Path, fails_when: str = "False") -> str:
+    """An nvcc that records its command line (`args`) and fails when the expression `fails_when`
+    over it holds."""
     nvcc = tmp_path / "nvcc"
     nvcc.write_text(f"#!{sys.executable}\nimport sys\nargs = ' '.join(sys.argv)\n"
                     f"open({str(tmp_path / 'calls')!r}, 'a').write(args + '\\n')\n"
-                    f"sys.exit(1 if {failing_arch!r} and 'code=sm_{failing_arch}' in args else 0)\n")
+                    f"sys.exit(1 if {fails_when} else 0)\n")
     nvcc.chmod(0o755)
     return str(nvcc)
 
 
 def test_a_file_compiles_for_every_arch_in_one_run(tmp_path: Path) -> None:
-    [r] = cc.compile_file(_fake_nvcc(tmp_path, None), tmp_path, "a.cu", ["86", "90"], [])
+    [r] = cc.compile_file(_fake_nvcc(tmp_path), tmp_path, "a.cu", ["86", "90"], [])
     assert r.rc == 0 and r.arches == ("86", "90")
     [call] = (tmp_path / "calls").read_text().splitlines()
     assert "arch=compute_86,code=sm_86" in call and "arch=compute_90,code=sm_90" in call
 
 
 def test_a_failing_file_is_compiled_again_per_arch_to_name_the_failing_one(tmp_path: Path) -> None:
-    results = cc.compile_file(_fake_nvcc(tmp_path, "90"), tmp_path, "a.cu", ["86", "90"], [])
+    results = cc.compile_file(_fake_nvcc(tmp_path, "'code=sm_90' in args"), tmp_path, "a.cu", ["86", "90"], [])
     assert [(r.arches, r.rc) for r in results] == [(("86",), 0), (("90",), 1)]
     assert len((tmp_path / "calls").read_text().splitlines()) == 3
+
+
+def test_a_failure_of_the_run_for_every_arch_alone_still_fails(tmp_path: Path) -> None:
+    nvcc = _fake_nvcc(tmp_path, "'code=sm_86' in args and 'code=sm_90' in args")
+    results = cc.compile_file(nvcc, tmp_path, "a.cu", ["86", "90"], [])
+    assert [(r.arches, r.rc) for r in results] == [(("86", "90"), 1), (("86",), 0), (("90",), 0)]
