@@ -15,7 +15,7 @@ disturb each other:
 - a slot whose drafts keep missing rests its drafter for ever longer stretches until one is
   accepted (patch 0033);
 - the features of a verify batch of several slots stay on the device and draft as the host's
-  (patch 0014);
+  (patch 0014), and reach the drafter in one decode a step, whose graph is reused (patch 0022);
 - a request cancelled mid-stream leaves the other slot's output unchanged, and its slot, reused,
   starts clean;
 - a slot saved and restored while another slot generates holds its state, its drafter's included
@@ -44,6 +44,7 @@ from tests.support.real_llama_server import Server, concurrently, gpu_layers, ll
 from tests.test_correctness import (
     DFLASH,
     EXACT,
+    PROFILE_LINE,
     TOL_CAP,
     TOL_FLOOR,
     TOP_K,
@@ -144,15 +145,20 @@ def test_prompts_that_start_together_after_a_request_equal_ar(ar: Server, llama_
 
 @cpu_exact
 def test_partial_acceptance_on_four_slots_equals_one_slot(llama_bin: Path, tiny_pair_f32: tuple[Path, Path],
-                                                          tmp_path: Path) -> None:
+                                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Synthetic acceptance accepts a random prefix of every draft (the draw seeded by the
     request), so every step of every slot rolls its tape back in a batch shared with the others:
-    each request's tokens and draft statistics on four busy slots are those it gives alone."""
+    each request's tokens and draft statistics on four busy slots are those it gives alone. The
+    slots' verified rows go to the drafter in one decode a step (patch 0022), whose graph the
+    next step reuses: the step profile's injections that built a graph are a few of the steps
+    (the slot set changing), not one a step as with a decode a slot."""
+    monkeypatch.setenv("LLAMA_SPEC_PROFILE", "1")
     prompts = [_prompt(k, 10 + 9 * k) for k in range(4)]
     lengths = [40 + 7 * k for k in range(4)]
     with llama_server(llama_bin, _slots_args(tiny_pair_f32, 1, *EXACT, *SYNTH), tmp_path / "one.log") as one:
         alone = [one.complete(p, n, seed=11 + k) for k, (p, n) in enumerate(zip(prompts, lengths, strict=True))]
-    with llama_server(llama_bin, _slots_args(tiny_pair_f32, 4, *EXACT, *SYNTH), tmp_path / "four.log") as four:
+    log = tmp_path / "four.log"
+    with llama_server(llama_bin, _slots_args(tiny_pair_f32, 4, *EXACT, *SYNTH), log) as four:
         together = concurrently([lambda k=k: four.complete(prompts[k], lengths[k], seed=11 + k, id_slot=k)
                                   for k in range(4)])
     for k in range(4):
@@ -160,6 +166,10 @@ def test_partial_acceptance_on_four_slots_equals_one_slot(llama_bin: Path, tiny_
         assert 0 < accepted < drafted, f"slot {k}: need partial acceptance, got {accepted}/{drafted}"
         assert together[k]["tokens"] == alone[k]["tokens"], f"slot {k}: the tokens differ from one slot's"
         assert _spec_stats(together[k]) == _spec_stats(alone[k])
+    profiles = list(PROFILE_LINE.finditer(log.read_text(errors="replace")))
+    steps, rebuilt = (sum(int(m.group(i)) for m in profiles) for i in (1, 11))
+    assert steps >= 20, f"too few profiled steps to judge: {steps}"
+    assert rebuilt <= steps // 4, f"{rebuilt} of {steps} steps built the drafter's injection graph"
 
 
 VERIFIED = re.compile(r"accepted +\d+/ *(\d+) draft tokens")  # a slot's verify, with LLAMA_TRACE=1
