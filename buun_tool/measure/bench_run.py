@@ -91,6 +91,10 @@ class Group:
     span_ms: float | None = None  # from the group's sending to its last request's end
 
 
+# tokens each request of a several-slot server's warm-up group generates
+WARM_GROUP_TOKENS = 64
+
+
 @dataclass
 class ConfigRun:
     config: ServerConfig
@@ -165,7 +169,10 @@ def _run_concurrent(url: str, cfg: ServerConfig, suites: dict[str, list[Prompt]]
     n = cfg.concurrency
     suites = _fitted(url, suites)
     warm = next(iter(suites.values()))[0]
-    _at_once([partial(send, url, warm, opts.modes[0], min(16, opts.n_predict), i) for i in range(n)])
+    # long enough that the N slots verify and draft together for some steps: a server pays its
+    # first step of each new shape once (~0.25 s on an H200 for four slots' first, journal
+    # 2026-11-30 section 60), as one slot pays its own in _run_requests' warm-up
+    _at_once([partial(send, url, warm, opts.modes[0], min(WARM_GROUP_TOKENS, opts.n_predict), i) for i in range(n)])
     samples: list[Sample] = []
     groups: list[Group] = []
     for suite, prompts in suites.items():
