@@ -30,9 +30,9 @@
 #                launch for a chain and a tree of 1-32 tokens at the 27B's shapes, twice; with
 #                GPU_GDN_SRC (a folder holding a variant's gated_delta_net.cu) the variant's too, and
 #                whether its outputs equal the series' to the bit
-#   tbo-mmqs2    test-backend-ops: the small-batch kernel's MUL_MAT cases of 1-64 columns and the
-#                shared quantizations against the CPU, and its timings at the 27B's FFN shapes (8,
-#                16, 23, 32 and 64 columns)
+#   tbo-mmqs2    test-backend-ops: the small-batch kernel's MUL_MAT cases of 1-64 columns (also
+#                several sequences' tokens in three and four dimensions) and the shared quantizations
+#                against the CPU, and its timings at the 27B's FFN shapes (8, 16, 23, 32 and 64 columns)
 #   tbo-ops      test-backend-ops: ARGMAX, TOP_K and CONCAT against the CPU (the series' kernels for
 #                long and short rows), and MUL_MAT at 9-16 columns through MMQ's tiles (the small-batch
 #                kernel off)
@@ -151,7 +151,7 @@ part_mmqs_bench_86() {
 
 part_tbo_mmqs2() {
     gpu_tbo_build
-    gpu_tbo mmqs2 "" test -o MUL_MAT -p "type_a=q[456]_K,type_b=f32,m=[0-9]+,n=(1|2|5|8|9|16|17|23|32|33|40|48|57|64),"
+    gpu_tbo mmqs2 "" test -o MUL_MAT -p "type_a=q[456]_K,type_b=f32,m=[0-9]+,n=(1|2|3|5|8|9|16|17|23|32|33|40|48|57|64),"
     gpu_tbo mmqs2-shared "" test -o MUL_MAT_SHARED_SRC1
     gpu_tbo perf-mmqs2 "" perf -o MUL_MAT -p "type_a=q[46]_K,type_b=f32,m=(17408|5120),n=(8|16|23|32|64),k=(5120|17408),"
 }
