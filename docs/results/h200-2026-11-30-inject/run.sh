@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# session 39, issue #49 (journal 2026-11-30, section 60): the series with patch 0025 injecting the
-# slots' rows into the drafter in one decode a step. Four slots at synthetic AL 7.67 (`buun bench
-# --concurrency 4`, one slot then four at once) with `buun bench`'s warm-up group generating 64
-# tokens a request and, in the same lease, 16 (the warm-up before), interleaved, three times each;
-# first one bench with the server's debug log and the CUDA graph diagnostic
-# (scripts/diagnostics/cuda-graph-debug.diff, inert without GGML_CUDA_GRAPH_DEBUG): what a
-# group's first steps pay. Then the long suite (prompts of 8192 and 30720 tokens, AR and DFlash)
-# decoding 256 and 1024 tokens, with the step profile. ~11 min on 16 cores.
+# session 39, issue #49 (journal 2026-11-30, sections 60 and 61), on the series as it is now. Leases:
+# 1 ran the long suite and the four-slot A/B of 0022's one-decode injection (through a switch of
+# that run alone); 2 ran the diagnostic bench and the warm-ups of 64 and 16 tokens (interleaved,
+# three times each) on the series with 0022's change; 3 ran four slots three times, eight slots
+# once and the MUL_MAT check on the series with 0003 taking several sequences' tokens as one matrix.
+# Four slots at synthetic AL 7.67 are `buun bench --concurrency 4` (one slot, then four at once);
+# the diagnostic bench has the server's debug log and the CUDA graph diagnostic
+# (scripts/diagnostics/cuda-graph-debug.diff, inert without GGML_CUDA_GRAPH_DEBUG); the long suite
+# decodes 256 and 1024 tokens after prompts of 8192 and 30720 tokens. ~13 min on 16 cores.
 set -u
 cd "$(dirname "$0")/../../.."
 rm -rf /tmp/buun-snap && cp -a . /tmp/buun-snap && cd /tmp/buun-snap || exit 1
@@ -22,6 +23,9 @@ for round in 1 2 3; do
     gpu_slots "s4-w16-$round" 4 4 512 --
     sed -i 's/^WARM_GROUP_TOKENS = 16$/WARM_GROUP_TOKENS = 64/' buun_tool/measure/bench_run.py
 done
+gpu_slots s8 8 8 256 --
+gpu_tbo_build
+gpu_tbo stacked "" test -o MUL_MAT -p "type_a=q[46]_K,type_b=f32,m=(5120|100),n=(16|8|3),k=(6144|1280),bs=\[1,1\],nr=\[(4,1|8,1|2,2|5,1)\]"
 for n in 256 1024; do
     step "long-$n" 900 env LLAMA_SPEC_PROFILE=1 $BUUN bench "${BENCH[@]:0:2}" --suite long --mode raw \
         --synthetic-al 7.67 --n-predict $n --out "$RES/long-$n"
