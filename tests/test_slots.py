@@ -150,8 +150,9 @@ def test_partial_acceptance_on_four_slots_equals_one_slot(llama_bin: Path, tiny_
     request), so every step of every slot rolls its tape back in a batch shared with the others:
     each request's tokens and draft statistics on four busy slots are those it gives alone. The
     slots' verified rows go to the drafter in one decode a step (patch 0022), whose graph the
-    next step reuses: the step profile's injections that built a graph are a few of the steps
-    (the slot set changing), not one a step as with a decode a slot."""
+    next step reuses: the step profile's injections that built a graph are those where the slot
+    set changed (4 of 27 here; under load the slots may join and leave one by one), not one a
+    step as with a decode a slot (25 of 27)."""
     monkeypatch.setenv("LLAMA_SPEC_PROFILE", "1")
     prompts = [_prompt(k, 10 + 9 * k) for k in range(4)]
     lengths = [40 + 7 * k for k in range(4)]
@@ -169,7 +170,7 @@ def test_partial_acceptance_on_four_slots_equals_one_slot(llama_bin: Path, tiny_
     profiles = list(PROFILE_LINE.finditer(log.read_text(errors="replace")))
     steps, rebuilt = (sum(int(m.group(i)) for m in profiles) for i in (1, 11))
     assert steps >= 20, f"too few profiled steps to judge: {steps}"
-    assert rebuilt <= steps // 4, f"{rebuilt} of {steps} steps built the drafter's injection graph"
+    assert rebuilt <= steps // 2, f"{rebuilt} of {steps} steps built the drafter's injection graph"
 
 
 VERIFIED = re.compile(r"accepted +\d+/ *(\d+) draft tokens")  # a slot's verify, with LLAMA_TRACE=1
